@@ -1,0 +1,186 @@
+"""FrozenLake as a text environment.
+
+A square lake of frozen tiles and holes; the agent walks from a random start
+to a random goal. Each tile is frozen with probability ``p_frozen`` and only
+maps with a path from start to goal are kept. On a slippery lake an action
+goes in the intended direction with probability 1/3 and in each perpendicular
+direction with 1/3. Reward 1 at the goal, 0 otherwise; a hole ends the episode.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from .base import TextEnv
+
+MOVES = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
+PERPENDICULAR = {
+    "Up": ("Left", "Right"),
+    "Down": ("Right", "Left"),
+    "Left": ("Down", "Up"),
+    "Right": ("Up", "Down"),
+}
+FROZEN, HOLE = "_", "O"
+SYMBOLS = {
+    "player": "P",
+    "frozen": FROZEN,
+    "hole": HOLE,
+    "goal": "G",
+    "player_in_hole": "X",
+    "player_on_goal": "√",
+}
+_MAX_MAP_ATTEMPTS = 1000
+
+
+def shortest_path(
+    grid: np.ndarray, start: tuple[int, int], goal: tuple[int, int]
+) -> list[str] | None:
+    """Breadth-first search over non-hole tiles: the action list, or None if unreachable.
+
+    ``grid`` holds True for holes. Ignores slipperiness (it is the path an agent
+    on a non-slippery lake would take).
+    """
+    n_rows, n_cols = grid.shape
+    parent: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        if cell == goal:
+            path: list[str] = []
+            while parent[cell] is not None:
+                cell, move = parent[cell]  # type: ignore[misc]
+                path.append(move)
+            return path[::-1]
+        for move, (dr, dc) in MOVES.items():
+            r, c = cell[0] + dr, cell[1] + dc
+            if 0 <= r < n_rows and 0 <= c < n_cols and not grid[r, c] and (r, c) not in parent:
+                parent[(r, c)] = (cell, move)
+                queue.append((r, c))
+    return None
+
+
+def generate_lake(
+    rng: np.random.Generator, size: int, p_frozen: float
+) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
+    """Draw (holes, start, goal) until the goal is reachable from the start."""
+    for _ in range(_MAX_MAP_ATTEMPTS):
+        holes = rng.random((size, size)) >= p_frozen
+        start_idx, goal_idx = rng.choice(size * size, size=2, replace=False)
+        start, goal = divmod(int(start_idx), size), divmod(int(goal_idx), size)
+        holes[start] = holes[goal] = False
+        if shortest_path(holes, start, goal) is not None:
+            return holes, start, goal
+    raise RuntimeError(
+        f"no solvable {size}x{size} lake in {_MAX_MAP_ATTEMPTS} draws with "
+        f"p_frozen={p_frozen}; raise p_frozen"
+    )
+
+
+class FrozenLakeEnv(TextEnv):
+    """FrozenLake with random start and goal, solvable maps only.
+
+    Args:
+        size: side of the square lake (paper: 4).
+        p_frozen: probability that a tile is frozen rather than a hole (paper: 0.8).
+        is_slippery: whether moves slip to a perpendicular direction (paper: True).
+        action_budget: actions per trajectory (paper: 10).
+        **kwargs: passed to :class:`TextEnv` (max_actions_per_turn, format_penalty, ...).
+    """
+
+    obs_charset = "".join(sorted(set(SYMBOLS.values()) | {"\n"}))
+
+    def __init__(
+        self,
+        size: int = 4,
+        p_frozen: float = 0.8,
+        is_slippery: bool = True,
+        action_budget: int = 10,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(size, int) or size < 2:
+            raise ValueError(f"size must be an int >= 2, got {size!r}")
+        if not 0.0 < float(p_frozen) <= 1.0:
+            raise ValueError(f"p_frozen must be in (0, 1], got {p_frozen!r}")
+        self.size = size
+        self.p_frozen = float(p_frozen)
+        self.is_slippery = bool(is_slippery)
+        self.obs_max_length = size * (size + 1)
+        super().__init__(action_budget=action_budget, **kwargs)
+        self.holes = np.zeros((size, size), dtype=bool)
+        self.start = self.goal = self.player = (0, 0)
+        self._moves_this_turn: list[tuple[str, str]] = []
+
+    @property
+    def action_names(self) -> tuple[str, ...]:
+        return tuple(MOVES)
+
+    def _new_episode(self) -> None:
+        self.holes, self.start, self.goal = generate_lake(self.np_random, self.size, self.p_frozen)
+        self.player = self.start
+        self._moves_this_turn = []
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._moves_this_turn = []
+        return super().step(action)
+
+    def _execute(self, action: str) -> tuple[float, bool, bool]:
+        direction = action
+        if self.is_slippery:
+            # One draw picks intended / first / second perpendicular with 1/3 each.
+            pick = int(self.np_random.integers(3))
+            direction = (action, *PERPENDICULAR[action])[pick]
+        self._moves_this_turn.append((action, direction))
+        dr, dc = MOVES[direction]
+        r, c = self.player[0] + dr, self.player[1] + dc
+        if not (0 <= r < self.size and 0 <= c < self.size):
+            return 0.0, False, False
+        self.player = (r, c)
+        if self.player == self.goal:
+            return 1.0, True, True
+        return 0.0, True, bool(self.holes[r, c])
+
+    def _is_success(self) -> bool:
+        return self.player == self.goal
+
+    def _extra_info(self) -> dict[str, Any]:
+        # (intended, executed) per action, so slip statistics can be checked.
+        return {"moves": tuple(self._moves_this_turn)}
+
+    def _render_text(self) -> str:
+        rows = []
+        for r in range(self.size):
+            row = []
+            for c in range(self.size):
+                cell = (r, c)
+                if cell == self.player:
+                    if cell == self.goal:
+                        row.append(SYMBOLS["player_on_goal"])
+                    elif self.holes[cell]:
+                        row.append(SYMBOLS["player_in_hole"])
+                    else:
+                        row.append(SYMBOLS["player"])
+                elif cell == self.goal:
+                    row.append(SYMBOLS["goal"])
+                else:
+                    row.append(HOLE if self.holes[cell] else FROZEN)
+            rows.append("".join(row))
+        return "\n".join(rows)
+
+    def instructions(self) -> str:
+        slip = (
+            " The ice is slippery: a move goes in the intended direction only one time in "
+            "three, otherwise to one of the two perpendicular directions."
+            if self.is_slippery
+            else ""
+        )
+        return (
+            "You are walking on a frozen lake. Reach the goal without falling into a hole."
+            f"{slip}\n"
+            "Symbols: P you, _ frozen ice, O hole, G goal, X you in a hole, √ you on the goal.\n"
+            f"Actions: {', '.join(MOVES)}. Give up to {self.parser.max_actions} actions per "
+            f"turn, separated by '{self.parser.separator}'. "
+            f"You have {self.action_budget} actions in total."
+        )

@@ -1,0 +1,137 @@
+"""FrozenLake rules: solvable maps, slip statistics, rewards, budgets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragen_envs.frozenlake import PERPENDICULAR, FrozenLakeEnv, generate_lake, shortest_path
+
+
+def answer(*actions: str) -> str:
+    return f"<think>t</think><answer>{' || '.join(actions)}</answer>"
+
+
+def test_every_generated_map_is_solvable():
+    for seed in range(2000):
+        env = FrozenLakeEnv()
+        env.reset(seed=seed)
+        assert env.start != env.goal
+        assert not env.holes[env.start] and not env.holes[env.goal]
+        path = shortest_path(env.holes, env.start, env.goal)
+        assert path is not None and len(path) >= 1
+
+
+def test_shortest_path_reports_unreachable_goal():
+    holes = np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=bool)
+    assert shortest_path(holes, (0, 0), (2, 2)) is None
+    assert shortest_path(holes, (1, 1), (0, 2)) in (["Right", "Up"], ["Up", "Right"])
+
+
+def test_hole_fraction_matches_p_frozen():
+    rng = np.random.default_rng(0)
+    holes = [generate_lake(rng, 8, 0.8)[0] for _ in range(500)]
+    # Solvability filtering and the forced start/goal tiles push it a little below 0.2.
+    assert 0.15 < float(np.mean(holes)) < 0.2
+
+
+def test_slip_frequencies_are_one_third_each():
+    env = FrozenLakeEnv(size=4, p_frozen=1.0, action_budget=10**9)
+    env.reset(seed=123)
+    counts = {"intended": 0, "first": 0, "second": 0}
+    n = 0
+    rng = np.random.default_rng(7)
+    while n < 30_000:
+        intended = ["Up", "Down", "Left", "Right"][int(rng.integers(4))]
+        _, _, term, trunc, info = env.step(answer(intended))
+        for want, got in info["moves"]:
+            key = (
+                "intended"
+                if got == want
+                else ("first" if got == PERPENDICULAR[want][0] else "second")
+            )
+            counts[key] += 1
+            n += 1
+        if term or trunc:
+            env.reset(seed=n)
+    for key, c in counts.items():
+        assert abs(c / n - 1 / 3) < 0.01, (key, c / n)
+
+
+def test_non_slippery_moves_go_where_asked():
+    env = FrozenLakeEnv(is_slippery=False)
+    env.reset(seed=5)
+    path = shortest_path(env.holes, env.start, env.goal)
+    total = 0.0
+    done = False
+    for i in range(0, len(path), 5):
+        _, r, term, trunc, info = env.step(answer(*path[i : i + 5]))
+        total += r
+        done = term
+        assert info["action_is_valid"] and info["action_is_effective"]
+    assert done and info["success"] and total == pytest.approx(1.0)
+
+
+def _lake(env: FrozenLakeEnv, layout: str) -> None:
+    """Put ``env`` into the state drawn by ``layout`` (P start, G goal, O holes)."""
+    rows = layout.strip().split("\n")
+    env.reset(seed=0)
+    env.holes = np.array([[ch == "O" for ch in row] for row in rows])
+    for r, row in enumerate(rows):
+        for c, ch in enumerate(row):
+            if ch == "P":
+                env.player = env.start = (r, c)
+            if ch == "G":
+                env.goal = (r, c)
+
+
+def test_rules_and_rendering():
+    env = FrozenLakeEnv(is_slippery=False, render_mode="ansi")
+    _lake(env, "P_O_\n____\n_O_G\n____")
+    obs, r, term, trunc, info = env.step(answer("Up"))  # into the border: no move
+    assert (r, term, info["action_is_effective"]) == (0.0, False, False)
+    assert obs == "P_O_\n____\n_O_G\n____"
+    obs, r, term, trunc, info = env.step(answer("Right", "Right"))  # second step: hole
+    assert term and not info["success"] and r == 0.0 and info["num_actions"] == 2
+    assert obs == "__X_\n____\n_O_G\n____"
+    _lake(env, "P___\n___G\n____\n____")
+    obs, r, term, _, info = env.step(answer("Down", "Right", "Right", "Right", "Up"))
+    # The goal is reached on the 4th action; the 5th is not executed.
+    assert term and info["success"] and r == 1.0 and info["num_actions"] == 4
+    assert obs == "____\n___√\n____\n____"
+    assert env.render() == obs
+
+
+def test_action_budget_truncates():
+    env = FrozenLakeEnv(is_slippery=False, action_budget=3)
+    _lake(env, "P___\n____\n____\n___G")
+    _, _, term, trunc, info = env.step(answer("Left", "Left"))
+    assert not trunc and info["actions_left"] == 1
+    _, _, term, trunc, info = env.step(answer("Left", "Left", "Left"))
+    assert trunc and not term and info["num_actions"] == 1 and info["actions_left"] == 0
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(answer("Left"))
+
+
+def test_format_penalty_once_per_turn():
+    env = FrozenLakeEnv(is_slippery=False)
+    _lake(env, "P___\n____\n____\n___G")
+    _, r, _, _, info = env.step(answer("Right", "Jump", "Fly"))
+    assert r == pytest.approx(-0.1) and info["num_actions"] == 1 and not info["action_is_valid"]
+    _, r, _, _, info = env.step("no tags at all")
+    assert r == pytest.approx(-0.1) and info["num_actions"] == 0 and not info["format_ok"]
+    _, r, _, _, _ = env.step(answer("Down"))
+    assert r == 0.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"size": 1}, "size"),
+        ({"p_frozen": 0.0}, "p_frozen"),
+        ({"action_budget": 0}, "action_budget"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        FrozenLakeEnv(**kwargs)
