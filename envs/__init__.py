@@ -1,0 +1,67 @@
+"""Text environments for multi-turn LLM agents (installed as ``ragen_envs``).
+
+Pure Python on Gymnasium: no torch, no Ray. Each env takes the model's raw
+answer text in ``step()`` and returns a text observation; ``instructions()``
+gives the task description for the prompt. Importing this package registers
+the ids in :data:`ENV_IDS` with Gymnasium::
+
+    import gymnasium as gym
+    import ragen_envs  # noqa: F401  (registers the ids)
+
+    env = gym.make("ragen/SimpleSokoban-v0")
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from .bandit import Arm, BanditEnv
+from .base import TextEnv
+from .frozenlake import FrozenLakeEnv
+from .parsing import ParsedAnswer, ParserConfig, parse_answer
+from .sokoban import SokobanEnv
+
+#: id -> (entry point, default kwargs). ``gym.make(id, **kwargs)`` overrides them.
+_REGISTRY: dict[str, tuple[str, dict]] = {
+    "ragen/Bandit-v0": ("ragen_envs.bandit:BanditEnv", {"preset": "phoenix_dragon"}),
+    "ragen/BanditTeacherEngineer-v0": (
+        "ragen_envs.bandit:BanditEnv",
+        {"preset": "teacher_engineer"},
+    ),
+    "ragen/BanditHeldOut-v0": ("ragen_envs.bandit:BanditEnv", {"preset": "librarian_trader"}),
+    "ragen/BanditRev-v0": ("ragen_envs.bandit:BanditEnv", {"preset": "librarian_trader_rev"}),
+    "ragen/SimpleSokoban-v0": (
+        "ragen_envs.sokoban:SokobanEnv",
+        {"dim_room": (6, 6), "num_boxes": 1},
+    ),
+    "ragen/LargeSokoban-v0": (
+        "ragen_envs.sokoban:SokobanEnv",
+        {"dim_room": (8, 8), "num_boxes": 2},
+    ),
+    "ragen/SokobanNewVocab-v0": (
+        "ragen_envs.sokoban:SokobanEnv",
+        {"dim_room": (6, 6), "num_boxes": 1, "vocab": "new"},
+    ),
+    "ragen/FrozenLake-v0": ("ragen_envs.frozenlake:FrozenLakeEnv", {"is_slippery": True}),
+    "ragen/FrozenLakeNoSlip-v0": (
+        "ragen_envs.frozenlake:FrozenLakeEnv",
+        {"is_slippery": False},
+    ),
+}
+ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
+
+for _env_id, (_entry_point, _kwargs) in _REGISTRY.items():
+    if _env_id not in gym.registry:
+        gym.register(id=_env_id, entry_point=_entry_point, kwargs=_kwargs)
+
+__all__ = [
+    "ENV_IDS",
+    "Arm",
+    "BanditEnv",
+    "FrozenLakeEnv",
+    "ParsedAnswer",
+    "ParserConfig",
+    "SokobanEnv",
+    "TextEnv",
+    "parse_answer",
+]

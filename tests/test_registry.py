@@ -1,0 +1,91 @@
+"""Every registered id: gymnasium.make, the env checker, determinism, robustness to any text."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ragen_envs
+from ragen_envs import ENV_IDS
+
+TAG_SOUP = st.lists(
+    st.one_of(
+        st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", "||", "Up", "left"]),
+        st.sampled_from(["Dragon", "phoenix", "Librarian", "Trader", "Teacher", "Engineer"]),
+        st.text(max_size=12),
+    ),
+    max_size=25,
+).map("".join)
+
+
+def test_ids_are_registered():
+    assert set(ENV_IDS) <= set(gym.registry)
+    assert len(ENV_IDS) == 9
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_make_and_env_checker(env_id):
+    env = gym.make(env_id)
+    check_env(env.unwrapped, skip_render_check=True)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    text = env.unwrapped.instructions()
+    assert "Actions" in text and str(env.unwrapped.action_budget) in text
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_same_seed_same_answers_same_trajectory(env_id):
+    answers = [
+        "<think>a</think><answer>Up || Left || Dragon</answer>",
+        "garbage",
+        "<think>b</think><answer>Right||Down||Down||Trader||Phoenix</answer>",
+        "<think>c</think><answer>Left||Left||Up</answer>",
+    ]
+
+    def play(seed):
+        env = gym.make(env_id)
+        out = [env.reset(seed=seed)[0]]
+        for text in answers:
+            obs, r, term, trunc, info = env.step(text)
+            out.append((obs, r, term, trunc, sorted(info.items())))
+            if term or trunc:
+                out.append(env.reset(seed=seed + 1)[0])
+        return out
+
+    assert play(3) == play(3)
+    first_obs = {gym.make(env_id).reset(seed=s)[0] for s in range(20)}
+    assert len(first_obs) > 1
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_megabyte_answers_do_not_raise(env_id):
+    env = gym.make(env_id)
+    for text in [
+        "<think>" * 300_000,
+        "\U0001f600" * 1_000_000,
+        "<think>" + "x" * 1_000_000 + "</think><answer>" + "Up||" * 100_000 + "</answer>",
+    ]:
+        env.reset(seed=1)
+        obs, reward, *_ = env.step(text)
+        assert isinstance(obs, str) and isinstance(reward, float)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+@settings(max_examples=60, deadline=None)
+@given(texts=st.lists(st.one_of(st.text(), TAG_SOUP), min_size=1, max_size=4))
+def test_step_never_raises_and_penalty_is_exact(env_id, texts):
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    inner = env.unwrapped
+    for text in texts:
+        parsed = ragen_envs.parse_answer(text, inner.action_names, inner.parser)
+        _, reward, term, trunc, info = env.step(text)
+        expected_penalty = 0.0 if parsed.is_valid else inner.format_penalty
+        assert info["format_penalty"] == expected_penalty
+        assert reward == pytest.approx(info["env_reward"] + expected_penalty)
+        assert info["num_actions"] <= len(parsed.actions)
+        if term or trunc:
+            break
