@@ -1,0 +1,253 @@
+"""Token rewards and advantage estimators on padded [B, T] token tensors.
+
+Data flow: the learner connector right-pads B trajectories into [B, T] token
+tensors (``mask`` = 1 on generated tokens, 0 on prompt / observation / padding
+tokens) plus per-turn [B, K] tensors (``turn_end_index`` = index of the last
+generated token of each turn, -1 for a missing turn; ``turn_rewards``). This
+module turns those into per-token advantages and value targets:
+
+* ``token_rewards`` + ``gae``: PPO with a critic (StarPO), reward either at the
+  end of the trajectory or at the end of every turn (TRICO's turn-level reward);
+* ``bilevel_gae``: VAGEN/TRICO's turn-level GAE followed by a token-level GAE
+  inside each turn;
+* ``grpo_advantages`` + ``broadcast_to_tokens``: critic-free GRPO.
+
+Observation tokens between turns are not actions, so every estimator walks
+only the ``mask == 1`` tokens and skips the others as if they were not there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+# ----- masked reductions ---------------------------------------------------------------
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over the tokens where ``mask`` is 1 (0 when the mask is empty).
+
+    ``torch.where`` (not ``x * mask``) so inf/nan in masked-out positions cannot leak in.
+    """
+    m = mask.bool()
+    total = torch.where(m, x, torch.zeros_like(x)).sum(dim=dim)
+    count = m.sum(dim=dim).to(total.dtype)
+    return total / count.clamp_min(1)
+
+
+def masked_whiten(
+    x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
+) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over the masked tokens of the whole batch; 0 outside.
+
+    The variance is the sample (Bessel-corrected, n - 1) variance, like the group std
+    of ``grpo_advantages``. With ``shift_mean=False`` the mean is added back (scale only).
+    """
+    m = mask.bool()
+    mean = masked_mean(x, m)
+    n = m.sum().to(x.dtype)
+    centred = torch.where(m, x - mean, torch.zeros_like(x))
+    var = (centred**2).sum() / (n - 1).clamp_min(1)
+    out = centred * torch.rsqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    return torch.where(m, out, torch.zeros_like(out))
+
+
+# ----- rewards -------------------------------------------------------------------------
+def token_rewards(
+    turn_end_index: torch.Tensor, turn_rewards: torch.Tensor, T: int, level: str = "trajectory"
+) -> torch.Tensor:
+    """Scatter per-turn rewards onto tokens  # -> [B, T].
+
+    ``turn_end_index``  # [B, K] long, last generated token of each turn, -1: no turn
+    ``turn_rewards``    # [B, K], ignored where ``turn_end_index`` is -1
+
+    * ``"trajectory"``: the sum of the trajectory's (valid) turn rewards on the
+      last generated token of its last turn (StarPO's sparse outcome reward);
+    * ``"turn"``: each turn's reward on that turn's last generated token (TRICO).
+    """
+    if level not in ("trajectory", "turn"):
+        raise ValueError(f"level must be 'trajectory' or 'turn', got {level!r}")
+    if turn_end_index.numel() and int(turn_end_index.max()) >= T:
+        raise ValueError(f"turn_end_index {int(turn_end_index.max())} out of range for T={T}")
+    valid = turn_end_index >= 0  # [B, K]
+    r = torch.where(valid, turn_rewards, torch.zeros_like(turn_rewards))
+    out = torch.zeros((turn_end_index.shape[0], T), dtype=r.dtype, device=r.device)
+    if level == "turn":
+        # Invalid turns add 0 at index 0, so scatter_add needs no filtering.
+        out.scatter_add_(1, turn_end_index.clamp_min(0), r)
+        return out
+    last = turn_end_index.max(dim=1).values  # [B], -1 when the trajectory has no turn
+    total = torch.where(last >= 0, r.sum(dim=1), torch.zeros_like(r[:, 0]))  # [B]
+    out.scatter_add_(1, last.clamp_min(0)[:, None], total[:, None])
+    return out
+
+
+# ----- GAE -----------------------------------------------------------------------------
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the ``mask == 1`` tokens only.
+
+    For a generated token t let t' be the next generated token of the same row
+    (tokens with mask 0 are skipped; no t' after the last one):
+        delta_t = r_t + gamma * V_t' - V_t          (V_t' := 0 after the last one)
+        A_t     = delta_t + gamma * lam * A_t'      (A_t'  := 0 after the last one)
+    Rewards and values on mask-0 tokens are ignored. Returns = A + V.
+    ``rewards``, ``values``, ``mask``  # [B, T]  ->  (advantages, returns)  # [B, T], 0 off-mask
+    """
+    m = mask.bool()
+    B, T = rewards.shape
+    advantages = torch.zeros_like(rewards)
+    next_value = rewards.new_zeros(B)  # V at the next generated token  # [B]
+    next_adv = rewards.new_zeros(B)  # A at the next generated token  # [B]
+    for t in reversed(range(T)):
+        m_t = m[:, t]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        adv_t = delta + gamma * lam * next_adv
+        advantages[:, t] = torch.where(m_t, adv_t, torch.zeros_like(adv_t))
+        # A masked token is transparent: carry the later token's value/advantage over it.
+        next_value = torch.where(m_t, values[:, t], next_value)
+        next_adv = torch.where(m_t, adv_t, next_adv)
+    returns = torch.where(m, advantages + values, torch.zeros_like(advantages))
+    return advantages, returns
+
+
+def bilevel_gae(
+    turn_rewards: torch.Tensor,
+    values: torch.Tensor,
+    turn_end_index: torch.Tensor,
+    mask: torch.Tensor,
+    gamma_turn: float = 0.95,
+    lam_turn: float = 1.0,
+    gamma_token: float = 1.0,
+    lam_token: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """VAGEN/TRICO bi-level GAE  # -> (advantages, returns) [B, T], 0 off-mask.
+
+    ``turn_rewards``, ``turn_end_index``  # [B, K]  (index -1: no turn, skipped)
+    ``values``, ``mask``                  # [B, T]
+
+    Definition. Let e_k be the last generated token of turn k, V_k = values[e_k]
+    and R_k the turn's reward.
+
+    1. Turn level (a GAE whose "tokens" are the turn ends):
+           delta_k = R_k + gamma_turn * V_{k+1} - V_k        (V_{K+1} := 0)
+           Ahat_k  = delta_k + gamma_turn * lam_turn * Ahat_{k+1}
+           G_k     = Ahat_k + V_k                        (turn-level return target)
+    2. Token level, inside turn k (its generated tokens lie in (e_{k-1}, e_k]):
+           A[e_k] = Ahat_k                (i.e. the pass is seeded with G_k at e_k)
+           for a generated token t < e_k of turn k, with t' the next generated token:
+           A_t = gamma_token * V_t' - V_t + gamma_token * lam_token * A_t'
+       No reward inside a turn: the turn's reward enters only through Ahat_k.
+       With gamma_token = lam_token = 1 every token of turn k gets A_t = G_k - V_t.
+    Returns = A + V. Generated tokens after the last turn end get 0.
+    """
+    m = mask.bool()
+    B, T = values.shape
+    valid = turn_end_index >= 0  # [B, K]
+    end_idx = turn_end_index.clamp_min(0)
+    turn_rewards = turn_rewards.to(values.dtype)
+    # 1. Turn level: plain GAE on the [B, K] sequence of turn ends (missing turns masked).
+    turn_values = torch.where(valid, values.gather(1, end_idx), torch.zeros_like(turn_rewards))
+    turn_adv, _ = gae(turn_rewards, turn_values, valid, gamma_turn, lam_turn)  # [B, K]
+
+    # Turn ends and their seed advantages laid out on tokens; missing turns write to a
+    # spare column T that is dropped, so they cannot collide with a real turn ending at 0.
+    spare_idx = torch.where(valid, turn_end_index, torch.full_like(turn_end_index, T))  # [B, K]
+    is_end = torch.zeros((B, T + 1), dtype=torch.bool, device=values.device)
+    is_end = is_end.scatter_(1, spare_idx, True)[:, :T]  # [B, T]
+    seed = values.new_zeros((B, T + 1)).scatter_add_(1, spare_idx, turn_adv)[:, :T]  # [B, T]
+    # A token belongs to some turn iff a turn end lies at or after it.
+    covered = is_end.flip(1).cumsum(1).flip(1) > 0  # [B, T]
+
+    # 2. Token level: backward pass inside each turn, restarted at every turn end.
+    advantages = torch.zeros_like(values)
+    next_value = values.new_zeros(B)
+    next_adv = values.new_zeros(B)
+    for t in reversed(range(T)):
+        m_t = m[:, t] & covered[:, t]
+        inner = gamma_token * next_value - values[:, t] + gamma_token * lam_token * next_adv
+        adv_t = torch.where(is_end[:, t], seed[:, t], inner)
+        advantages[:, t] = torch.where(m_t, adv_t, torch.zeros_like(adv_t))
+        next_value = torch.where(m_t, values[:, t], next_value)
+        next_adv = torch.where(m_t, adv_t, next_adv)
+    keep = m & covered
+    returns = torch.where(keep, advantages + values, torch.zeros_like(advantages))
+    return advantages, returns
+
+
+def turn_end_index_from_spans(
+    turn_spans: list[list[tuple[int, int]]], num_turns: int | None = None
+) -> torch.Tensor:
+    """[B, K] long index of each turn's last generated token from (start, end) spans.
+
+    ``end`` is exclusive (as in ``Trajectory.turn_spans``); an empty span and a
+    missing turn give -1.
+    """
+    K = num_turns if num_turns is not None else max((len(s) for s in turn_spans), default=0)
+    out = torch.full((len(turn_spans), max(K, 1)), -1, dtype=torch.long)
+    for i, spans in enumerate(turn_spans):
+        for k, (start, end) in enumerate(spans[:K]):
+            if end > start:
+                out[i, k] = end - 1
+    return out
+
+
+# ----- GRPO ----------------------------------------------------------------------------
+def group_stats(
+    scores: Any, group_ids: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-group statistics of trajectory scores, computed in float64.
+
+    Returns ``(unique_ids [G] sorted, inverse [N], counts [G], mean [G], std [G])``.
+    ``std`` is the SAMPLE standard deviation (Bessel, n - 1), as ``torch.std`` and
+    RAGEN/verl's GRPO use; a group of size 1 has std 0.
+    """
+    s = torch.as_tensor(scores).to(torch.float64).reshape(-1)  # [N]
+    g = torch.as_tensor(group_ids).reshape(-1).to(s.device)  # [N]
+    if s.shape != g.shape:
+        raise ValueError(f"scores {tuple(s.shape)} and group_ids {tuple(g.shape)} differ")
+    unique_ids, inverse = torch.unique(g, sorted=True, return_inverse=True)
+    G = unique_ids.numel()
+    counts = s.new_zeros(G).index_add_(0, inverse, torch.ones_like(s))
+    mean = s.new_zeros(G).index_add_(0, inverse, s) / counts.clamp_min(1)
+    # Two passes (centre first) for a numerically stable variance.
+    sq = s.new_zeros(G).index_add_(0, inverse, (s - mean[inverse]) ** 2)
+    var = torch.where(counts > 1, sq / (counts - 1).clamp_min(1), torch.zeros_like(sq))
+    return unique_ids, inverse, counts, mean, var.sqrt()
+
+
+def grpo_advantages(
+    scores: torch.Tensor, group_ids: Any, eps: float = 1e-6, norm: str = "mean_std"
+) -> torch.Tensor:
+    """Trajectory scores normalised within their group  # [N] -> [N].
+
+    * ``"mean_std"``: (r - mean_g) / (std_g + eps), std_g the SAMPLE std (n - 1);
+    * ``"mean"``:     r - mean_g (Dr. GRPO style, no std scaling);
+    * ``"identity"``: r.
+    A group of size 1 (or with equal scores) gets 0 under the mean-based norms.
+    """
+    if norm not in ("mean_std", "mean", "identity"):
+        raise ValueError(f"norm must be 'mean_std', 'mean' or 'identity', got {norm!r}")
+    scores = torch.as_tensor(scores)
+    if norm == "identity":
+        return scores.clone()
+    _, inverse, _, mean, std = group_stats(scores, group_ids)
+    s = scores.to(torch.float64).reshape(-1)
+    out = s - mean[inverse]
+    if norm == "mean_std":
+        out = out / (std[inverse] + eps)
+    dtype = scores.dtype if scores.is_floating_point() else torch.float32
+    return out.to(dtype).reshape(scores.shape)
+
+
+def broadcast_to_tokens(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One advantage per trajectory onto its generated tokens  # [B], [B, T] -> [B, T]."""
+    adv = adv.to(torch.float32) if not adv.is_floating_point() else adv
+    return adv[:, None] * mask.to(adv.dtype)

@@ -1,0 +1,396 @@
+"""The pure maths in ragen_rllib.core: advantages, losses, filters (no Ray)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ragen_rllib.core.advantages import (
+    bilevel_gae,
+    broadcast_to_tokens,
+    gae,
+    grpo_advantages,
+    masked_mean,
+    masked_whiten,
+    token_rewards,
+    turn_end_index_from_spans,
+)
+from ragen_rllib.core.filters import (
+    group_reward_std,
+    num_groups_to_keep,
+    select_groups_by_reward_std,
+)
+from ragen_rllib.core.losses import (
+    entropy_from_logits,
+    kl_penalty,
+    policy_loss,
+    token_logprobs_and_entropy,
+    value_loss,
+)
+
+F64 = torch.float64
+
+
+def t64(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=F64)
+
+
+# ----- token rewards -------------------------------------------------------------------
+def test_token_rewards_turn_vs_trajectory_level():
+    turn_end = torch.tensor([[1, 4, -1], [2, -1, -1], [0, -1, -1]])  # [B=3, K=3]
+    rewards = t64([[0.5, 1.0, 7.0], [2.0, 0.0, 0.0], [3.0, 9.0, 9.0]])  # 7, 9: padding
+    turn = token_rewards(turn_end, rewards, 6, level="turn")
+    traj = token_rewards(turn_end, rewards, 6, level="trajectory")
+    assert torch.equal(turn, t64([[0, 0.5, 0, 0, 1.0, 0], [0, 0, 2, 0, 0, 0], [3, 0, 0, 0, 0, 0]]))
+    assert torch.equal(traj, t64([[0, 0, 0, 0, 1.5, 0], [0, 0, 2, 0, 0, 0], [3, 0, 0, 0, 0, 0]]))
+    with pytest.raises(ValueError, match="episode"):
+        token_rewards(turn_end, rewards, 6, level="episode")
+
+
+def test_turn_end_index_from_spans():
+    spans = [[(3, 5), (8, 8), (10, 12)], [(2, 4)]]  # end exclusive; (8, 8) is empty
+    assert torch.equal(turn_end_index_from_spans(spans), torch.tensor([[4, -1, 11], [3, -1, -1]]))
+
+
+# ----- GAE -----------------------------------------------------------------------------
+def test_gae_hand_example_skips_masked_observation_tokens():
+    # Tokens: g0 g1 obs g3 g4. The obs token's reward 9 and value 7 must be ignored.
+    rewards = t64([[0.0, 0.5, 9.0, 0.0, 1.0]])
+    values = t64([[0.1, 0.2, 7.0, 0.3, 0.4]])
+    mask = t64([[1, 1, 0, 1, 1]])
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=0.8)  # gamma * lam = 0.72
+    # t=4: delta = 1 + 0 - 0.4 = 0.6;                 A = 0.6
+    # t=3: delta = 0 + 0.9*0.4 - 0.3 = 0.06;          A = 0.06 + 0.72*0.6     = 0.492
+    # t=1: delta = 0.5 + 0.9*0.3 - 0.2 = 0.57;        A = 0.57 + 0.72*0.492   = 0.92424
+    # t=0: delta = 0 + 0.9*0.2 - 0.1 = 0.08;          A = 0.08 + 0.72*0.92424 = 0.7454528
+    expected_adv = t64([[0.7454528, 0.92424, 0.0, 0.492, 0.6]])
+    expected_ret = t64([[0.8454528, 1.12424, 0.0, 0.792, 1.0]])
+    torch.testing.assert_close(adv, expected_adv, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ret, expected_ret, atol=1e-6, rtol=0)
+
+
+def test_gae_gamma_lam_one_is_reward_to_go_minus_value():
+    g = torch.Generator().manual_seed(0)
+    mask = (torch.rand(4, 12, generator=g) > 0.3).to(F64)
+    rewards = torch.randn(4, 12, generator=g, dtype=F64) * mask
+    values = torch.randn(4, 12, generator=g, dtype=F64)
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    to_go = rewards.flip(1).cumsum(1).flip(1) * mask  # sum of rewards from t on
+    torch.testing.assert_close(adv, (to_go - values) * mask, atol=1e-12, rtol=0)
+    torch.testing.assert_close(ret, to_go, atol=1e-12, rtol=0)
+
+
+def test_gae_ignores_values_and_rewards_off_mask():
+    g = torch.Generator().manual_seed(1)
+    mask = (torch.rand(3, 9, generator=g) > 0.4).to(F64)
+    rewards, values = torch.randn(2, 3, 9, generator=g, dtype=F64)
+    noise = torch.randn(2, 3, 9, generator=g, dtype=F64) * 100 * (1 - mask)
+    a1, r1 = gae(rewards, values, mask, 0.95, 0.9)
+    a2, r2 = gae(rewards + noise[0], values + noise[1], mask, 0.95, 0.9)
+    assert torch.equal(a1, a2) and torch.equal(r1, r2)
+    assert torch.all(a1[mask == 0] == 0) and torch.all(r1[mask == 0] == 0)
+
+
+# ----- bi-level GAE --------------------------------------------------------------------
+def bilevel_example():
+    # Tokens: obs g1 g2 | obs g4 g5 g6; turn 1 ends at 2, turn 2 at 6.
+    values = t64([[9.0, 0.1, 0.2, 9.0, 0.3, 0.4, 0.5]])
+    mask = t64([[0, 1, 1, 0, 1, 1, 1]])
+    return t64([[0.5, 1.0]]), values, torch.tensor([[2, 6]]), mask
+
+
+def test_bilevel_gae_hand_example():
+    turn_rewards, values, turn_end, mask = bilevel_example()
+    adv, ret = bilevel_gae(turn_rewards, values, turn_end, mask, 0.9, 0.8, 1.0, 0.95)
+    # Turn level (V_1 = 0.2, V_2 = 0.5, gamma_turn * lam_turn = 0.72):
+    #   k=2: delta = 1.0 - 0.5 = 0.5;                 Ahat_2 = 0.5,                G_2 = 1.0
+    #   k=1: delta = 0.5 + 0.9*0.5 - 0.2 = 0.75;      Ahat_1 = 0.75 + 0.72*0.5 = 1.11, G_1 = 1.31
+    # Token level (gamma_token = 1, lam_token = 0.95), seeded with Ahat_k at the turn end:
+    #   turn 2: A6 = 0.5; A5 = (0.5 - 0.4) + 0.95*0.5 = 0.575; A4 = (0.4 - 0.3) + 0.95*0.575
+    #           = 0.64625
+    #   turn 1: A2 = 1.11; A1 = (0.2 - 0.1) + 0.95*1.11 = 1.1545
+    expected_adv = t64([[0.0, 1.1545, 1.11, 0.0, 0.64625, 0.575, 0.5]])
+    expected_ret = t64([[0.0, 1.2545, 1.31, 0.0, 0.94625, 0.975, 1.0]])
+    torch.testing.assert_close(adv, expected_adv, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ret, expected_ret, atol=1e-6, rtol=0)
+
+
+def test_bilevel_gae_unit_token_gamma_lambda_gives_turn_return_minus_value():
+    turn_rewards, values, turn_end, mask = bilevel_example()
+    adv, _ = bilevel_gae(turn_rewards, values, turn_end, mask, 0.9, 0.8, 1.0, 1.0)
+    g1, g2 = 1.31, 1.0  # turn-level returns from the hand example
+    expected = t64([[0.0, g1 - 0.1, g1 - 0.2, 0.0, g2 - 0.3, g2 - 0.4, g2 - 0.5]])
+    torch.testing.assert_close(adv, expected, atol=1e-12, rtol=0)
+
+
+def test_bilevel_gae_padding_rows_and_missing_turns():
+    turn_rewards, values, turn_end, mask = bilevel_example()
+    single_adv, single_ret = bilevel_gae(turn_rewards, values, turn_end, mask, 0.9, 0.8, 1.0, 0.95)
+    # Row 0: the example padded to T=9, K=3; row 1: one turn ending at token 0.
+    values_b = t64([[*values[0].tolist(), 5.0, 5.0], [0.25] + [3.0] * 8])
+    mask_b = t64([[*mask[0].tolist(), 0, 0], [1] + [0] * 8])
+    turn_end_b = torch.tensor([[2, 6, -1], [0, -1, -1]])
+    rewards_b = t64([[0.5, 1.0, 4.0], [2.0, 4.0, 4.0]])
+    adv, ret = bilevel_gae(rewards_b, values_b, turn_end_b, mask_b, 0.9, 0.8, 1.0, 0.95)
+    torch.testing.assert_close(adv[0, :7], single_adv[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(ret[0, :7], single_ret[0], atol=1e-12, rtol=0)
+    assert torch.all(adv[0, 7:] == 0)
+    # Row 1: Ahat = 2.0 - 0.25 = 1.75 on token 0, return 2.0; nothing else.
+    torch.testing.assert_close(adv[1], t64([1.75] + [0] * 8), atol=1e-12, rtol=0)
+    torch.testing.assert_close(ret[1], t64([2.0] + [0] * 8), atol=1e-12, rtol=0)
+
+
+# ----- GRPO and masked helpers ---------------------------------------------------------
+def test_grpo_mean_std_normalisation():
+    scores = torch.tensor([1.0, 2.0, 3.0, 5.0, 1.0, 4.0, 0.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 2, 3, 3])  # group 2: single; group 3: equal
+    adv = grpo_advantages(scores, groups, eps=1e-6)
+    # Group 0: mean 2, sample std 1. Group 1: mean 3, sample std sqrt(8) = 2.828427.
+    s1 = math.sqrt(8.0)
+    expected = [-1 / (1 + 1e-6), 0.0, 1 / (1 + 1e-6), 2 / (s1 + 1e-6), -2 / (s1 + 1e-6), 0, 0, 0]
+    torch.testing.assert_close(adv, torch.tensor(expected), atol=1e-6, rtol=0)
+    for g in (0, 1):
+        members = adv[groups == g].double()
+        assert abs(members.mean().item()) < 1e-6
+        assert abs(members.std(unbiased=True).item() - 1.0) < 1e-5
+
+
+def test_grpo_mean_and_identity_modes():
+    scores = torch.tensor([1.0, 2.0, 3.0, 5.0, 1.0, 4.0])
+    groups = np.array([7, 7, 7, 2, 2, 9])  # numpy ids, not contiguous
+    mean_adv = grpo_advantages(scores, groups, norm="mean")
+    torch.testing.assert_close(mean_adv, torch.tensor([-1.0, 0.0, 1.0, 2.0, -2.0, 0.0]))
+    ident = grpo_advantages(scores, groups, norm="identity")
+    assert torch.equal(ident, scores)
+    with pytest.raises(ValueError, match="median"):
+        grpo_advantages(scores, groups, norm="median")
+
+
+def test_broadcast_masked_mean_and_whiten():
+    mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1.0]])
+    tok = broadcast_to_tokens(torch.tensor([2.0, -1.0]), mask)
+    assert torch.equal(tok, torch.tensor([[0, 2, 2, 0], [-1, -1, -1, -1.0]]))
+    x = torch.tensor([[float("nan"), 1.0, 3.0, float("inf")], [2.0, 4.0, 6.0, 8.0]])
+    assert masked_mean(x, mask).item() == pytest.approx(24 / 6)
+    w = masked_whiten(x, mask).double()
+    assert torch.all(w[mask == 0] == 0)
+    assert abs(w[mask == 1].mean().item()) < 1e-6
+    assert abs(w[mask == 1].std(unbiased=True).item() - 1.0) < 1e-5
+
+
+# ----- policy loss ---------------------------------------------------------------------
+def one_token(ratio: float, adv: float, **kwargs):
+    logp_new = torch.tensor([[math.log(ratio)]], dtype=F64, requires_grad=True)
+    loss, stats = policy_loss(logp_new, t64([[0.0]]), t64([[adv]]), t64([[1.0]]), **kwargs)
+    loss.backward()
+    return loss.item(), logp_new.grad.item(), stats
+
+
+def test_positive_advantage_clipped_above_has_no_gradient():
+    loss, grad, stats = one_token(1.5, 2.0)
+    assert loss == pytest.approx(-2.0 * 1.28) and grad == 0.0
+    assert stats["clip_frac"].item() == 1.0 and stats["clip_frac_high"].item() == 1.0
+
+
+def test_negative_advantage_clipped_below_has_no_gradient():
+    loss, grad, stats = one_token(0.5, -2.0)
+    assert loss == pytest.approx(2.0 * 0.8) and grad == 0.0
+    assert stats["clip_frac_low"].item() == 1.0 and stats["clip_frac_high"].item() == 0.0
+
+
+def test_dual_clip_caps_loss_for_negative_advantage():
+    loss, grad, stats = one_token(10.0, -1.5, dual_clip=3.0)
+    assert loss == pytest.approx(3.0 * 1.5) and grad == 0.0
+    assert stats["dual_clip_frac"].item() == 1.0
+    loss, grad, _ = one_token(10.0, -1.5, dual_clip=None)
+    assert loss == pytest.approx(15.0) and grad == pytest.approx(15.0)
+    loss, _, stats = one_token(2.0, -1.5, dual_clip=3.0)  # below the cap: untouched
+    assert loss == pytest.approx(3.0) and stats["dual_clip_frac"].item() == 0.0
+    with pytest.raises(ValueError, match="0.5"):
+        one_token(1.0, 1.0, dual_clip=0.5)
+
+
+def test_asymmetric_clip_bounds():
+    loss, grad, stats = one_token(1.25, 1.0, clip_high=0.28)
+    assert loss == pytest.approx(-1.25) and grad == pytest.approx(-1.25)  # d(-A r)/dlogp = -A r
+    assert stats["clip_frac"].item() == 0.0
+    loss, grad, stats = one_token(1.25, 1.0, clip_high=0.2)
+    assert loss == pytest.approx(-1.2) and grad == 0.0 and stats["clip_frac"].item() == 1.0
+    loss, grad, _ = one_token(0.75, -1.0, clip_low=0.2)  # 0.75 < 0.8: clipped below
+    assert loss == pytest.approx(0.8) and grad == 0.0
+
+
+def random_batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.tensor(
+        [[0, 0, 1, 1, 1, 0, 1, 0], [0, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 0, 0, 0, 0]]
+    )
+    logp_old = -torch.rand(3, 8, generator=g, dtype=F64) * 2
+    logp_new = logp_old + torch.randn(3, 8, generator=g, dtype=F64) * 0.3
+    adv = torch.randn(3, 8, generator=g, dtype=F64)
+    return logp_new, logp_old, adv, mask.to(F64)
+
+
+def test_masked_tokens_get_zero_gradient_and_do_not_change_the_loss():
+    logp_new, logp_old, adv, mask = random_batch()
+    lp = logp_new.clone().requires_grad_(True)
+    loss, _ = policy_loss(lp, logp_old, adv, mask)
+    loss.backward()
+    assert torch.all(lp.grad[mask == 0] == 0)
+    assert torch.count_nonzero(lp.grad[mask == 1]) > 0
+    off = mask == 0
+    lp2 = torch.where(off, torch.full_like(logp_new, 1e4), logp_new).requires_grad_(True)
+    old2 = torch.where(off, torch.full_like(logp_old, -1e4), logp_old)
+    adv2 = torch.where(off, torch.full_like(adv, float("nan")), adv)
+    loss2, stats2 = policy_loss(lp2, old2, adv2, mask)
+    loss2.backward()
+    assert loss2.item() == loss.item()
+    assert torch.all(lp2.grad[off] == 0) and not torch.isnan(lp2.grad).any()
+    assert all(torch.isfinite(v) for v in stats2.values())
+
+
+def manual_token_losses(logp_new, logp_old, adv, mask, lo=0.2, hi=0.28, c=3.0):
+    out = []
+    for b in range(mask.shape[0]):
+        row = []
+        for t in range(mask.shape[1]):
+            if mask[b, t] == 0:
+                continue
+            r, a = math.exp(logp_new[b, t] - logp_old[b, t]), adv[b, t].item()
+            loss = max(-a * r, -a * min(max(r, 1 - lo), 1 + hi))
+            row.append(min(loss, -a * c) if a < 0 else loss)
+        out.append(row)
+    return out
+
+
+def test_loss_aggregations_match_manual_computation():
+    logp_new, logp_old, adv, mask = random_batch(3)
+    logp_new[0, 2] = logp_old[0, 2] + 2.0  # a large ratio so some clipping happens
+    adv[0, 2] = -1.0
+    rows = manual_token_losses(logp_new, logp_old, adv, mask)
+    flat = [x for row in rows for x in row]
+    expected = {
+        "token-mean": sum(flat) / len(flat),
+        "seq-mean-token-sum": sum(sum(r) for r in rows) / len(rows),
+        "seq-mean-token-mean": sum(sum(r) / len(r) for r in rows) / len(rows),
+    }
+    for agg, value in expected.items():
+        loss, stats = policy_loss(logp_new, logp_old, adv, mask, agg=agg)
+        assert loss.item() == pytest.approx(value, abs=1e-12), agg
+    ratio = (logp_new - logp_old).exp()[mask == 1]
+    k3 = (ratio - 1 - ratio.log()).mean()
+    assert stats["approx_kl"].item() == pytest.approx(k3.item())
+    assert stats["ratio_max"].item() == pytest.approx(ratio.max().item())
+    with pytest.raises(ValueError, match="sum"):
+        policy_loss(logp_new, logp_old, adv, mask, agg="sum")
+
+
+# ----- value loss, entropy, KL ---------------------------------------------------------
+def test_value_loss_clipping():
+    mask = t64([[1.0, 1.0, 0.0]])
+    values = t64([[1.0, 2.0, 50.0]]).requires_grad_(True)
+    old, returns = t64([[0.0, 0.0, 0.0]]), t64([[1.0, 0.0, 0.0]])
+    loss = value_loss(values, old, returns, mask, clip=0.5)
+    # Token 0: unclipped 0, clipped (0.5 - 1)^2 = 0.25 -> 0.25.  Token 1: max(4, 0.25) = 4.
+    assert loss.item() == pytest.approx(0.5 * (0.25 + 4.0) / 2)
+    loss.backward()
+    assert values.grad.tolist() == [[0.0, pytest.approx(0.5 * 2 * 2.0 / 2), 0.0]]
+    assert value_loss(values, old, returns, mask, clip=None).item() == pytest.approx(0.5 * 4 / 2)
+
+
+def test_entropy_of_uniform_logits_is_log_v():
+    for v in (2, 7, 151_936):
+        logits = torch.full((1, 2, v), 3.5, dtype=torch.bfloat16)
+        torch.testing.assert_close(entropy_from_logits(logits), torch.full((1, 2), math.log(v)))
+    x = torch.randn(4, 10, dtype=F64) * 5
+    naive = -(x.softmax(-1) * x.log_softmax(-1)).sum(-1)
+    torch.testing.assert_close(entropy_from_logits(x), naive)
+
+
+def test_kl_penalty_estimators():
+    logp, ref = t64([-1.0, -2.0, -0.5]), t64([-1.5, -1.0, -0.5])
+    d = logp - ref
+    torch.testing.assert_close(kl_penalty(logp, ref, "k1"), d)
+    torch.testing.assert_close(kl_penalty(logp, ref, "abs"), d.abs())
+    torch.testing.assert_close(kl_penalty(logp, ref, "k2"), 0.5 * d**2)
+    k3 = kl_penalty(logp, ref, "k3")
+    torch.testing.assert_close(k3, (-d).exp() - 1 + d)
+    assert torch.all(k3 >= 0) and k3[2] == 0
+    with pytest.raises(ValueError, match="k4"):
+        kl_penalty(logp, ref, "k4")
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 10, 10_000])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_logprobs_and_entropy_equal_naive(chunk, temperature):
+    g = torch.Generator().manual_seed(0)
+    full = (torch.randn(3, 8, 50, generator=g) * 4).requires_grad_(True)
+    logits = full[:, :-1]  # non-contiguous, as the RL module passes it
+    targets = torch.randint(0, 50, (3, 7), generator=g)
+    weights = torch.randn(2, 3, 7, generator=g)
+
+    logp, ent = token_logprobs_and_entropy(logits, targets, temperature, chunk=chunk)
+    (logp * weights[0] + ent * weights[1]).sum().backward()
+    grad_chunked, full.grad = full.grad.clone(), None
+
+    logsm = (logits / temperature).log_softmax(-1)
+    naive_logp = logsm.gather(-1, targets[..., None]).squeeze(-1)
+    naive_ent = -(logsm.exp() * logsm).sum(-1)
+    (naive_logp * weights[0] + naive_ent * weights[1]).sum().backward()
+    torch.testing.assert_close(logp, naive_logp, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ent, naive_ent, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(grad_chunked, full.grad, atol=1e-6, rtol=1e-5)
+
+
+# ----- StarPO-S filter -----------------------------------------------------------------
+def filter_batch():
+    # 8 groups of 4; group g scores [0, 0, 0, a_g], so std grows with a_g.
+    a = [0.1, 0.5, 0.2, 0.9, 0.0, 0.3, 0.8, 0.4]
+    scores = [x for g in range(8) for x in (0.0, 0.0, 0.0, a[g])]
+    groups = [g for g in range(8) for _ in range(4)]
+    return torch.tensor(scores), torch.tensor(groups)
+
+
+def kept_groups(keep: torch.Tensor, groups: torch.Tensor) -> set[int]:
+    return set(groups[keep].tolist())
+
+
+def test_filter_keeps_top_std_groups():
+    scores, groups = filter_batch()
+    keep = select_groups_by_reward_std(scores, groups, keep_ratio=0.25)
+    assert kept_groups(keep, groups) == {3, 6} and int(keep.sum()) == 8  # all 4 of each
+    keep = select_groups_by_reward_std(scores, groups, keep_ratio=0.5)
+    assert kept_groups(keep, groups) == {3, 6, 1, 7}
+    keep = select_groups_by_reward_std(scores, groups, keep_ratio=0.25, mode="bottom_std")
+    assert kept_groups(keep, groups) == {4, 0}
+    assert bool(select_groups_by_reward_std(scores, groups, keep_ratio=1.0).all())
+
+
+def test_filter_handles_numpy_shuffled_ids_ties_and_min_groups():
+    scores, groups = filter_batch()
+    perm = torch.randperm(32, generator=torch.Generator().manual_seed(0))
+    ids = (groups * 10 + 5)[perm].numpy()  # non-contiguous ids, shuffled order
+    keep = select_groups_by_reward_std(scores[perm].numpy(), ids, keep_ratio=0.25)
+    assert set(ids[keep.numpy()].tolist()) == {35, 65}
+    flat = torch.zeros(32)  # every group has std 0: ties go to the smallest ids
+    assert kept_groups(select_groups_by_reward_std(flat, groups, 0.25), groups) == {0, 1}
+    keep = select_groups_by_reward_std(scores, groups, keep_ratio=0.1, min_groups=3)
+    assert kept_groups(keep, groups) == {3, 6, 1}
+    assert num_groups_to_keep(8, 0.1) == 1 and num_groups_to_keep(10, 0.3) == 3
+    assert num_groups_to_keep(8, 0.26) == 3  # ceil(2.08)
+
+
+def test_group_reward_std_values():
+    ids, std = group_reward_std([1.0, 3.0, 5.0, 2.0], [4, 4, 4, 1])
+    assert ids.tolist() == [1, 4]
+    assert std.tolist() == [0.0, pytest.approx(2.0)]  # sample std of 1, 3, 5
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.25, 1.5])
+def test_filter_rejects_bad_keep_ratio(bad):
+    scores, groups = filter_batch()
+    with pytest.raises(ValueError, match=f"keep_ratio.*{bad}"):
+        select_groups_by_reward_std(scores, groups, keep_ratio=bad)
