@@ -1,0 +1,155 @@
+"""Prompt rendering and token bookkeeping for one multi-turn trajectory.
+
+Sits between the environment and the rollout engine: it turns the env's
+instructions and text observations into chat messages, renders them through
+the tokenizer's chat template, and keeps the trajectory as one growing list of
+token ids. The ids the engine sampled are appended as they are (token in,
+token out: generated text is never re-tokenised), together with their
+log-probabilities and a loss mask of 1; everything else (system prompt,
+observations, chat framing, the ``<think>`` prefill) has mask 0.
+
+Message structure (DESIGN.md section 2): a system message; a first user
+message with the env's instructions and turn 1; after every answer a user
+message with the reward and the next turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SYSTEM_PROMPT = "You are a helpful assistant. You first think, then answer."
+FORMAT_HINT = (
+    "Always answer in the format <think> your thoughts </think> <answer> your actions "
+    "</answer> and nothing else."
+)
+_PROBE_USER, _PROBE_ASSISTANT = "PROBE_USER_TEXT", "PROBE_ASSISTANT_TEXT"
+
+
+def render_turn(turn: int, observation: str, actions_left: int, reward: float | None) -> str:
+    """The user text of one turn; ``reward`` is the previous turn's (None on turn 1)."""
+    head = "" if reward is None else f"Reward: {reward:.2f}\n"
+    return (
+        f"{head}Turn {turn}:\nState:\n{observation}\n"
+        f"You have {actions_left} actions left. {FORMAT_HINT}"
+    )
+
+
+class ChatFormat:
+    """Cuts a tokenizer's chat template into the pieces a growing conversation needs.
+
+    ``prompt_ids(first_user)`` gives the ids up to the first generation;
+    ``continuation_ids(user, generation_ended_with_eos)`` gives the ids that
+    close the assistant message and open the next one. Both are derived from
+    the template itself by rendering probe conversations, so any chat template
+    that renders messages in order works.
+    """
+
+    def __init__(
+        self, tokenizer: Any, system_prompt: str = SYSTEM_PROMPT, prefill: str = "<think>"
+    ):
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat_template; the model needs a chat model")
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        self.prefill = prefill
+        self.eos_token_id = tokenizer.eos_token_id
+        eos_text = tokenizer.eos_token or ""
+        probe = self._render([_PROBE_USER, _PROBE_ASSISTANT], generation_prompt=False)
+        end = probe.rindex(_PROBE_ASSISTANT) + len(_PROBE_ASSISTANT)
+        # What the template writes after the assistant's content, e.g. "<|im_end|>\n".
+        self.assistant_suffix = probe[end:]
+        self.after_eos = (
+            self.assistant_suffix[len(eos_text) :]
+            if eos_text and self.assistant_suffix.startswith(eos_text)
+            else None
+        )
+        self._probe_len = len(probe)
+
+    def _render(self, turns: list[str], generation_prompt: bool) -> str:
+        messages = [{"role": "system", "content": self.system_prompt}]
+        for i, content in enumerate(turns):
+            messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": content})
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    def prompt_ids(self, first_user: str) -> list[int]:
+        return self._encode(self._render([first_user], generation_prompt=True) + self.prefill)
+
+    def continuation_ids(self, user: str, ended_with_eos: bool) -> list[int]:
+        """Ids after a generated answer: close it, add ``user``, open the next answer."""
+        rendered = self._render([_PROBE_USER, _PROBE_ASSISTANT, user], generation_prompt=True)
+        opening = rendered[self._probe_len :]
+        if ended_with_eos and self.after_eos is not None:
+            closing = self.after_eos
+        else:
+            closing = self.assistant_suffix
+        return self._encode(closing + opening + self.prefill)
+
+    def closing_ids(self, ended_with_eos: bool) -> list[int]:
+        """Ids that close the final answer of a trajectory."""
+        if ended_with_eos and self.after_eos is not None:
+            return self._encode(self.after_eos)
+        return self._encode(self.assistant_suffix)
+
+
+@dataclass
+class Trajectory:
+    """One multi-turn episode as tokens: what the env runner returns and the learner trains on.
+
+    ``input_ids``, ``loss_mask`` and ``logprobs`` have one entry per token;
+    ``turn_spans[i] = (start, end)`` is the slice of turn i's generated tokens
+    and ``turn_rewards[i]`` its reward (env reward plus format penalty).
+    """
+
+    env_id: str
+    seed: int
+    group: int
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    turn_infos: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    done: bool = False
+    success: bool = False
+    #: why the trajectory ended: "terminated", "truncated", "max_turns", "context_overflow".
+    end_reason: str = ""
+    weights_version: int = 0
+    #: GRPO: the trajectory's reward normalised within its group (set by the sample stage).
+    group_advantage: float = 0.0
+
+    def __len__(self) -> int:
+        # RLlib counts "env steps" with len(episode); a turn is one env step.
+        return len(self.turn_rewards)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turn_rewards)
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(self.turn_rewards))
+
+    @property
+    def response_tokens(self) -> int:
+        return int(sum(self.loss_mask))
+
+    def append_context(self, ids: list[int]) -> None:
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+
+    def append_generation(self, ids: list[int], logprobs: list[float]) -> None:
+        if len(ids) != len(logprobs):
+            raise ValueError(f"{len(ids)} generated ids but {len(logprobs)} logprobs")
+        start = len(self.input_ids)
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([1] * len(ids))
+        self.logprobs.extend(float(x) for x in logprobs)
+        self.turn_spans.append((start, len(self.input_ids)))

@@ -1,0 +1,48 @@
+"""Per-iteration metrics computed from a batch of trajectories (pure Python, no Ray).
+
+The paper's collapse indicators are here: in-group reward std (falls before
+success does), response length, and the env's validity/effectiveness rates.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from .context import Trajectory
+
+ENV_INFO_KEYS = ("action_is_valid", "action_is_effective", "format_ok", "num_actions")
+
+
+def group_reward_std(trajs: list[Trajectory]) -> dict[int, float]:
+    """Population std of the trajectory rewards within each group."""
+    by_group: dict[int, list[float]] = defaultdict(list)
+    for t in trajs:
+        by_group[t.group].append(t.total_reward)
+    return {g: float(np.std(r)) for g, r in by_group.items()}
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    if not trajs:
+        return {"num_trajectories": 0}
+    rewards = np.array([t.total_reward for t in trajs])
+    turn_lengths = [e - s for t in trajs for s, e in t.turn_spans]
+    infos = [i for t in trajs for i in t.turn_infos]
+    out = {
+        "num_trajectories": len(trajs),
+        "success_rate": float(np.mean([t.success for t in trajs])),
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()),
+        "in_group_reward_std": float(np.mean(list(group_reward_std(trajs).values()))),
+        "num_turns_mean": float(np.mean([t.num_turns for t in trajs])),
+        "response_length_mean": float(np.mean(turn_lengths)) if turn_lengths else 0.0,
+        "trajectory_tokens_mean": float(np.mean([len(t.input_ids) for t in trajs])),
+    }
+    for key in ENV_INFO_KEYS:
+        values = [float(i[key]) for i in infos if key in i]
+        if values:
+            out[f"env/{key}"] = float(np.mean(values))
+    for reason, n in Counter(t.end_reason for t in trajs).items():
+        out[f"end/{reason}"] = n / len(trajs)
+    return out
