@@ -1,0 +1,162 @@
+"""StarPO: the RLlib Algorithm that alternates rollout and update stages.
+
+One ``training_step``:
+
+1. **rollout**: the env runners play P groups x N trajectories (fresh, or the
+   buffered batch again while it has been used fewer than ``online_k`` times);
+2. **sample-batch stage**: StarPO-S reward-std filtering and, for GRPO, the
+   within-group score normalisation (:func:`~ragen_rllib.connectors.build_sample_pipeline`);
+3. **update**: the learner group turns the trajectories into token tensors,
+   computes advantages (learner connector) and takes ``num_epochs`` passes of
+   ``minibatch_size``-trajectory gradient steps;
+4. **sync**: the actor's new weights go to every runner's rollout engine,
+   stamped with the learner's weights sequence number.
+
+Metrics land in ``self.metrics`` (Tune results, TensorBoard) under
+``rollout/``, ``filter/``, ``learners/`` and ``evaluation/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+from .config import StarPOConfig
+from .connectors import build_sample_pipeline
+from .context import Trajectory
+from .metrics import rollout_metrics
+
+
+class RolloutReuseBuffer:
+    """Online-k: hands out the same rollout batch for ``k`` consecutive updates.
+
+    ``k=1`` is fully on-policy. With ``k>1`` the stored log-probabilities
+    grow stale as the policy moves; the PPO ratio corrects for that, and the
+    batch is dropped after its ``k``-th use, which bounds the staleness.
+    """
+
+    def __init__(self, k: int):
+        self.k = k
+        self.batch: list[Trajectory] | None = None
+        self.uses = 0
+
+    def needs_fresh(self) -> bool:
+        return self.batch is None or self.uses >= self.k
+
+    def put(self, batch: list[Trajectory]) -> None:
+        self.batch, self.uses = batch, 0
+
+    def take(self) -> list[Trajectory]:
+        assert self.batch is not None
+        self.uses += 1
+        return list(self.batch)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"batch": self.batch, "uses": self.uses}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.batch, self.uses = state.get("batch"), int(state.get("uses", 0))
+
+
+class StarPO(Algorithm):
+    """State-Thinking-Actions-Reward Policy Optimisation (StarPO / StarPO-S)."""
+
+    @classmethod
+    def get_default_config(cls) -> StarPOConfig:
+        return StarPOConfig(cls)
+
+    def setup(self, config) -> None:
+        super().setup(config)
+        self._reuse = RolloutReuseBuffer(self.config.online_k)
+        self._sample_stage = build_sample_pipeline(self.config)
+
+    # ----- the iteration ----------------------------------------------------------
+    def training_step(self) -> None:
+        if self._reuse.needs_fresh():
+            with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+                trajs = self._sample()
+            self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
+            self.metrics.log_value(
+                NUM_ENV_STEPS_SAMPLED_LIFETIME, sum(len(t) for t in trajs), reduce="sum"
+            )
+            self._sample_stage(rl_module=None, batch={}, episodes=trajs, metrics=self.metrics)
+            self._reuse.put(trajs)
+        batch = self._reuse.take()
+        self.metrics.log_value("rollout/batch_uses", self._reuse.uses, window=1)
+
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            results = self.learner_group.update(
+                episodes=batch,
+                num_epochs=self.config.num_epochs,
+                minibatch_size=self.config.minibatch_size,
+                shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
+            )
+            self.metrics.aggregate(results, key=LEARNER_RESULTS)
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group,
+                policies=[DEFAULT_MODULE_ID],
+                inference_only=True,
+            )
+
+        every = self.config.eval_interval
+        if every and (self.training_iteration + 1) % every == 0:
+            self.metrics.log_dict(self.evaluate_success(), key="evaluation", window=1)
+
+    def _sample(self) -> list[Trajectory]:
+        if self.env_runner is not None:
+            return self.env_runner.sample()
+        # Remote runners: each plays its own seeds; renumber groups so they stay distinct.
+        per_runner = self.env_runner_group.foreach_env_runner(
+            lambda runner: runner.sample(), local_env_runner=False
+        )
+        trajs: list[Trajectory] = []
+        for index, runner_trajs in enumerate(per_runner):
+            for t in runner_trajs:
+                t.group += index * self.config.env_groups
+                trajs.append(t)
+        return trajs
+
+    # ----- evaluation ---------------------------------------------------------------
+    def evaluate_success(
+        self,
+        num_states: int | None = None,
+        temperature: float | None = None,
+        first_seed: int | None = None,
+    ) -> dict[str, float]:
+        """Success and rewards on fixed initial states (the paper's protocol by default)."""
+        cfg = self.config
+        args = (
+            num_states or cfg.eval_num_states,
+            cfg.eval_seed if first_seed is None else first_seed,
+            cfg.eval_temperature if temperature is None else temperature,
+        )
+        if self.env_runner is not None:
+            metrics, _ = self.env_runner.evaluate(*args)
+            return metrics
+        results = self.env_runner_group.foreach_env_runner(
+            lambda runner: runner.evaluate(*args)[0], local_env_runner=False, remote_worker_ids=[1]
+        )
+        return results[0]
+
+    # ----- checkpoints --------------------------------------------------------------
+    def get_state(self, *args, **kwargs) -> dict[str, Any]:
+        state = super().get_state(*args, **kwargs)
+        state["rollout_reuse_buffer"] = self._reuse.get_state()
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        if "rollout_reuse_buffer" in state:
+            self._reuse.set_state(state["rollout_reuse_buffer"])

@@ -1,0 +1,180 @@
+"""Connector pieces between the env runners and the learner's loss.
+
+Two stages, each an RLlib ConnectorV2 pipeline:
+
+* the **sample-batch stage** (driver side, in ``StarPO.training_step``), which
+  sees the whole rollout batch and only needs rewards: StarPO-S uncertainty
+  filtering (:class:`RewardStdFilter`) and GRPO's within-group normalisation
+  (:class:`GroupNormalizedScores`). Running it before the batch is split
+  across learners keeps every group whole.
+* the **learner stage** (inside each Learner): :class:`TrajectoriesToBatch`
+  pads the token sequences into tensors, :class:`ComputeAdvantages` places the
+  rewards on tokens and computes advantages (GAE and bi-level GAE query the
+  critic through the RL module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from .context import Trajectory
+from .core import advantages as adv
+from .core.filters import select_groups_by_reward_std
+
+
+class RewardStdFilter(ConnectorV2):
+    """StarPO-S: keep the groups whose trajectory rewards vary most (top ``keep_ratio``)."""
+
+    def __init__(self, keep_ratio: float, mode: str = "top_std", **kwargs):
+        super().__init__(**kwargs)
+        self.keep_ratio = keep_ratio
+        self.mode = mode
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], metrics=None, **kwargs):
+        if self.keep_ratio >= 1.0 or not episodes:
+            return batch
+        scores = np.array([t.total_reward for t in episodes])
+        groups = np.array([t.group for t in episodes])
+        keep = select_groups_by_reward_std(
+            scores, groups, keep_ratio=self.keep_ratio, mode=self.mode
+        )
+        kept = [t for t, k in zip(episodes, keep, strict=True) if k]
+        if metrics is not None:
+            metrics.log_value("filter/kept_fraction", len(kept) / len(episodes), window=1)
+        episodes[:] = kept
+        return batch
+
+
+class GroupNormalizedScores(ConnectorV2):
+    """GRPO: each trajectory's reward normalised within its group of the same initial state."""
+
+    def __init__(self, norm: str = "mean_std", **kwargs):
+        super().__init__(**kwargs)
+        self.norm = norm
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
+        if not episodes:
+            return batch
+        scores = torch.tensor([t.total_reward for t in episodes], dtype=torch.float32)
+        groups = torch.tensor([t.group for t in episodes])
+        normed = adv.grpo_advantages(scores, groups, norm=self.norm)
+        for t, a in zip(episodes, normed.tolist(), strict=True):
+            t.group_advantage = float(a)
+        return batch
+
+
+def build_sample_pipeline(config) -> ConnectorPipelineV2:
+    pieces: list[ConnectorV2] = [RewardStdFilter(config.filter_keep_ratio, config.filter_mode)]
+    if config.advantage_estimator == "grpo":
+        pieces.append(GroupNormalizedScores(config.grpo_norm))
+    return ConnectorPipelineV2(connectors=pieces)
+
+
+class TrajectoriesToBatch(ConnectorV2):
+    """Right-pad the trajectories' token lists into [B, T] arrays (plus per-turn [B, K])."""
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
+        n = len(episodes)
+        width = max(len(t.input_ids) for t in episodes)
+        turns = max(max(t.num_turns for t in episodes), 1)
+        cols: dict[str, Any] = {
+            "input_ids": np.zeros((n, width), np.int64),
+            "attention_mask": np.zeros((n, width), np.int64),
+            "response_mask": np.zeros((n, width), np.float32),
+            "old_logp": np.zeros((n, width), np.float32),
+            "turn_end_index": np.full((n, turns), -1, np.int64),
+            "turn_rewards": np.zeros((n, turns), np.float32),
+            "group_advantage": np.array([t.group_advantage for t in episodes], np.float32),
+        }
+        for i, t in enumerate(episodes):
+            length = len(t.input_ids)
+            cols["input_ids"][i, :length] = t.input_ids
+            cols["attention_mask"][i, :length] = 1
+            cols["response_mask"][i, :length] = t.loss_mask
+            cols["old_logp"][i, :length] = t.logprobs
+            for k, (start, end) in enumerate(t.turn_spans):
+                # A turn whose answer is empty has no token to carry its reward.
+                cols["turn_end_index"][i, k] = end - 1 if end > start else -1
+            cols["turn_rewards"][i, : t.num_turns] = t.turn_rewards
+        batch[DEFAULT_MODULE_ID] = cols
+        return batch
+
+
+class ComputeAdvantages(ConnectorV2):
+    """Token rewards, then advantages and value targets for the loss."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.estimator = config.advantage_estimator
+        self.reward_level = config.reward_level
+        self.gamma, self.lam = config.gamma, config.lambda_
+        self.turn_gae = (
+            config.gamma_turn,
+            config.lambda_turn,
+            config.gamma_token,
+            config.lambda_token,
+        )
+        self.whiten = config.whiten_advantages
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        cols = batch[DEFAULT_MODULE_ID]
+        mask = torch.from_numpy(cols["response_mask"])  # [B, T]
+        if self.estimator == "grpo":
+            a = adv.broadcast_to_tokens(torch.from_numpy(cols["group_advantage"]), mask)
+            cols["advantages"] = a.numpy().astype(np.float32)
+            return batch
+        module = rl_module[DEFAULT_MODULE_ID] if DEFAULT_MODULE_ID in rl_module else rl_module
+        module = module.unwrapped() if hasattr(module, "unwrapped") else module
+        device = next(module.parameters()).device
+        with torch.no_grad():
+            values = (
+                module.compute_values(
+                    {
+                        "input_ids": torch.from_numpy(cols["input_ids"]).to(device),
+                        "attention_mask": torch.from_numpy(cols["attention_mask"]).to(device),
+                    }
+                )
+                .float()
+                .cpu()
+            )  # [B, T]
+        values = values * mask
+        turn_end = torch.from_numpy(cols["turn_end_index"])
+        turn_rewards = torch.from_numpy(cols["turn_rewards"])
+        if self.estimator == "gae":
+            rewards = adv.token_rewards(turn_end, turn_rewards, mask.shape[1], self.reward_level)
+            advantages, returns = adv.gae(rewards, values, mask, self.gamma, self.lam)
+        else:
+            g_turn, l_turn, g_tok, l_tok = self.turn_gae
+            advantages, returns = adv.bilevel_gae(
+                turn_rewards, values, turn_end, mask, g_turn, l_turn, g_tok, l_tok
+            )
+        if self.whiten:
+            advantages = adv.masked_whiten(advantages, mask)
+        cols["advantages"] = advantages.numpy().astype(np.float32)
+        cols["value_targets"] = returns.numpy().astype(np.float32)
+        cols["old_values"] = values.numpy().astype(np.float32)
+        return batch
+
+
+class ToTensors(ConnectorV2):
+    """Last piece: numpy columns to torch tensors on the learner's device."""
+
+    def __init__(self, device=None, **kwargs):
+        super().__init__(**kwargs)
+        self.device = device
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        for module_id, cols in batch.items():
+            batch[module_id] = {k: torch.as_tensor(v, device=self.device) for k, v in cols.items()}
+        return batch
+
+
+def build_learner_pipeline(config, device=None) -> ConnectorPipelineV2:
+    pieces = [TrajectoriesToBatch(), ComputeAdvantages(config), ToTensors(device)]
+    return ConnectorPipelineV2(connectors=pieces)

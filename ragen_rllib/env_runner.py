@@ -1,0 +1,216 @@
+"""LLMEnvRunner: the RLlib EnvRunner that plays P groups x N rollouts in lockstep.
+
+Data flow: for each of the P initial states (env groups) N copies of the env are
+reset with the same seed; every turn the runner gathers the token ids of all
+active trajectories, asks the rollout engine for one answer each (one batch),
+decodes each answer only to hand its text to the env, appends the env's next
+observation as tokens, and stops a trajectory when its env terminates or
+truncates, when it has had K turns, or when its context would overflow.
+``sample()`` returns :class:`~ragen_rllib.context.Trajectory` objects: the
+"episodes" that the StarPO algorithm filters and the learner trains on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+from .context import ChatFormat, Trajectory, render_turn
+from .engine import HFEngine, SamplingParams
+from .metrics import rollout_metrics
+from .rl_module import ACTOR_PREFIX
+
+logger = logging.getLogger(__name__)
+
+# Training seeds are drawn above this bound; evaluation seeds lie below it.
+TRAIN_SEED_OFFSET = 1 << 20
+
+
+def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:
+    """The RL module's view: observations are token-id sequences, actions are tokens."""
+    obs = gym.spaces.Box(0, vocab_size - 1, shape=(max_len,), dtype=np.int64)
+    return obs, gym.spaces.Discrete(vocab_size)
+
+
+class LLMEnvRunner(EnvRunner, Checkpointable):
+    """Samples multi-turn trajectories from text envs with an LLM rollout engine."""
+
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        from transformers import AutoTokenizer
+
+        import ragen_envs  # noqa: F401  (registers the env ids)
+
+        from .builtin_model import resolve_model
+
+        self._model_path = resolve_model(config.llm)
+        self.tokenizer = AutoTokenizer.from_pretrained(self._model_path)
+        self.chat = ChatFormat(self.tokenizer, prefill=config.prefill)
+        pad = self.tokenizer.pad_token_id
+        self.engine = HFEngine(
+            self._model_path,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.eos_token_id if pad is None else pad,
+            dtype=config.model_dtype,
+            max_batch_size=config.rollout_batch_size,
+        )
+        self._envs: list[gym.Env] = []
+        self._num_sample_calls = 0
+        self._base_seed = int(config.seed or 0) * 1_000_003 + int(self.worker_index or 0)
+
+    # ----- EnvRunner API ------------------------------------------------------------
+    def assert_healthy(self) -> None:
+        if self.engine is None or self.engine.model is None:
+            raise RuntimeError("LLMEnvRunner has no rollout engine")
+
+    def get_spaces(self) -> dict[str, tuple[gym.Space, gym.Space]]:
+        env = gym.make(self.config.env, **self.config.env_config)
+        module_spaces = token_spaces(len(self.tokenizer), self.config.max_context_tokens)
+        return {
+            "__env__": (env.observation_space, env.action_space),
+            DEFAULT_MODULE_ID: module_spaces,
+        }
+
+    def sample(self, **kwargs) -> list[Trajectory]:
+        """One training batch: env_groups x group_size trajectories from fresh seeds."""
+        cfg = self.config
+        rng = np.random.default_rng([self._base_seed, self._num_sample_calls])
+        self._num_sample_calls += 1
+        group_seeds = rng.integers(TRAIN_SEED_OFFSET, 2**31 - 1, size=cfg.env_groups)
+        seeds = [int(s) for s in group_seeds for _ in range(cfg.group_size)]
+        groups = [g for g in range(cfg.env_groups) for _ in range(cfg.group_size)]
+        params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+        trajs = self.run_episodes(seeds, groups, params, sample_seed=int(rng.integers(2**31)))
+        self.num_env_steps_sampled_lifetime += sum(len(t) for t in trajs)
+        return trajs
+
+    def evaluate(
+        self, num_states: int, first_seed: int, temperature: float
+    ) -> tuple[dict[str, float], list[Trajectory]]:
+        """One trajectory on each of ``num_states`` fixed initial states."""
+        seeds = [first_seed + i for i in range(num_states)]
+        params = SamplingParams(temperature, self.config.top_p, self.config.max_new_tokens)
+        trajs = self.run_episodes(seeds, list(range(num_states)), params, sample_seed=first_seed)
+        return rollout_metrics(trajs), trajs
+
+    def get_metrics(self) -> dict[str, Any]:
+        return self.metrics.reduce()
+
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        # The weights live with the learner; a runner only carries its counters.
+        return {
+            "num_sample_calls": self._num_sample_calls,
+            "weights_version": self.engine.weights_version,
+            "num_env_steps_sampled_lifetime": self.num_env_steps_sampled_lifetime,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Counters from a checkpoint, and/or the actor's weights from RLlib's sync_weights."""
+        if COMPONENT_RL_MODULE in state:
+            module_state = state[COMPONENT_RL_MODULE]
+            module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
+            n = len(ACTOR_PREFIX)
+            weights = {k[n:]: v for k, v in module_state.items() if k.startswith(ACTOR_PREFIX)}
+            self.engine.load_weights(weights, int(state.get(WEIGHTS_SEQ_NO, 0)))
+        self._num_sample_calls = int(state.get("num_sample_calls", self._num_sample_calls))
+        self.num_env_steps_sampled_lifetime = int(
+            state.get("num_env_steps_sampled_lifetime", self.num_env_steps_sampled_lifetime)
+        )
+
+    def get_ctor_args_and_kwargs(self):
+        return (), {"config": self.config, "worker_index": self.worker_index}
+
+    def stop(self) -> None:
+        for env in self._envs:
+            env.close()
+
+    # ----- rollout ------------------------------------------------------------------
+    def _env_pool(self, n: int) -> list[gym.Env]:
+        while len(self._envs) < n:
+            self._envs.append(gym.make(self.config.env, **self.config.env_config))
+        return self._envs[:n]
+
+    def run_episodes(
+        self, seeds: list[int], groups: list[int], params: SamplingParams, sample_seed: int
+    ) -> list[Trajectory]:
+        cfg = self.config
+        start = time.perf_counter()
+        envs = self._env_pool(len(seeds))
+        trajs: list[Trajectory] = []
+        for env, seed, group in zip(envs, seeds, groups, strict=True):
+            obs, info = env.reset(seed=seed)
+            traj = Trajectory(
+                env_id=cfg.env, seed=seed, group=group, weights_version=self.engine.weights_version
+            )
+            first = (
+                env.unwrapped.instructions()
+                + "\n\n"
+                + render_turn(1, obs, info["actions_left"], None)
+            )
+            traj.append_context(self.chat.prompt_ids(first))
+            if len(traj.input_ids) + params.max_new_tokens > cfg.max_context_tokens:
+                raise ValueError(
+                    f"the first prompt of {cfg.env} is {len(traj.input_ids)} tokens; with "
+                    f"max_new_tokens={params.max_new_tokens} it exceeds "
+                    f"max_context_tokens={cfg.max_context_tokens}. Raise max_context_tokens."
+                )
+            trajs.append(traj)
+
+        active = list(range(len(trajs)))
+        generated = 0
+        for turn in range(1, cfg.max_turns + 1):
+            if not active:
+                break
+            gens = self.engine.generate(
+                [trajs[i].input_ids for i in active], params, seed=sample_seed + turn
+            )
+            still_active = []
+            for i, gen in zip(active, gens, strict=True):
+                traj, env = trajs[i], envs[i]
+                traj.append_generation(gen.ids, gen.logprobs)
+                generated += len(gen.ids)
+                text = self.chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
+                traj.answers.append(text)
+                try:
+                    obs, reward, term, trunc, info = env.step(text)
+                except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
+                    logger.warning("env %s (seed %d) failed in step: %r", cfg.env, traj.seed, err)
+                    traj.turn_rewards.append(0.0)
+                    traj.turn_infos.append({"env_error": repr(err)})
+                    self._finish(traj, gen.ended_with_eos, "env_error")
+                    continue
+                traj.turn_rewards.append(float(reward))
+                traj.turn_infos.append(info)
+                traj.success = bool(info.get("success", False))
+                if term or trunc or turn == cfg.max_turns:
+                    reason = "terminated" if term else "truncated" if trunc else "max_turns"
+                    self._finish(traj, gen.ended_with_eos, reason)
+                    continue
+                nxt = self.chat.continuation_ids(
+                    render_turn(turn + 1, obs, info["actions_left"], reward), gen.ended_with_eos
+                )
+                if len(traj.input_ids) + len(nxt) + params.max_new_tokens > cfg.max_context_tokens:
+                    logger.info("trajectory seed %d ends: context would overflow", traj.seed)
+                    self._finish(traj, gen.ended_with_eos, "context_overflow")
+                    continue
+                traj.append_context(nxt)
+                still_active.append(i)
+            active = still_active
+
+        elapsed = time.perf_counter() - start
+        self.metrics.log_value("rollout_time_s", elapsed, window=1)
+        self.metrics.log_value("generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1)
+        return trajs
+
+    def _finish(self, traj: Trajectory, ended_with_eos: bool, reason: str) -> None:
+        traj.append_context(self.chat.closing_ids(ended_with_eos))
+        traj.done = True
+        traj.end_reason = reason
