@@ -1,0 +1,102 @@
+"""StarPOConfig validation and the `rllib` command's input checks: all before Ray starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ragen_rllib.config import STARPO_DEFAULTS, StarPOConfig
+
+
+def make(**overrides) -> StarPOConfig:
+    base = {"env": "ragen/Bandit-v0", "llm": "builtin-raw"}
+    return StarPOConfig.from_user_dict({**base, **overrides})
+
+
+@pytest.mark.parametrize(
+    "overrides, names",
+    [
+        ({"env": "ragen/NoSuchEnv-v0"}, ["env", "ragen/NoSuchEnv-v0", "ragen/SimpleSokoban-v0"]),
+        ({"advantage_estimator": "grpo", "group_size": 1}, ["group_size", "GRPO"]),
+        ({"lr": -1e-6}, ["lr", "-1e-06", "> 0"]),
+        ({"critic_lr": 0}, ["critic_lr", "> 0"]),
+        ({"advantage_estimator": "ppo"}, ["advantage_estimator", "'gae'", "'grpo'"]),
+        ({"clip_high": 1.5}, ["clip_high", "(0, 1)"]),
+        ({"filter_keep_ratio": 0.0}, ["filter_keep_ratio", "(0, 1]"]),
+        ({"env_groups": 0}, ["env_groups", ">= 1"]),
+        ({"max_turns": 2.5}, ["max_turns", "integer"]),
+        ({"minibatch_size": 64, "env_groups": 8, "group_size": 4}, ["minibatch_size", "8"]),
+        ({"model_dtype": "float8"}, ["model_dtype", "bfloat16"]),
+    ],
+)
+def test_bad_values_name_the_key_and_the_allowed_values(overrides, names):
+    with pytest.raises(ValueError) as err:
+        make(**overrides).check()
+    for name in names:
+        assert name in str(err.value)
+
+
+def test_unknown_key_is_rejected_with_the_known_ones():
+    with pytest.raises(ValueError) as err:
+        make(grup_size=4)
+    assert "grup_size" in str(err.value) and "group_size" in str(err.value)
+
+
+def test_missing_model_path_names_the_path(tmp_path):
+    missing = tmp_path / "no-model-here"
+    with pytest.raises(FileNotFoundError, match="no-model-here"):
+        make(llm=str(missing)).check()
+
+
+def test_defaults_are_the_papers_starpo_s_values():
+    cfg = StarPOConfig()
+    assert (cfg.env_groups, cfg.group_size, cfg.max_turns) == (8, 16, 5)
+    assert (cfg.clip_low, cfg.clip_high, cfg.dual_clip) == (0.2, 0.28, 3.0)
+    assert (cfg.kl_coeff, cfg.entropy_coeff, cfg.filter_keep_ratio) == (0.0, 0.001, 0.25)
+    assert (cfg.lr, cfg.critic_lr, cfg.grad_clip, cfg.minibatch_size) == (1e-6, 1e-5, 1.0, 32)
+    assert (cfg.gamma, cfg.lambda_, cfg.eval_num_states, cfg.eval_temperature) == (1, 1, 256, 0.5)
+
+
+def test_yaml_lambda_and_rllib_keys_are_accepted():
+    cfg = make(**{"lambda": 0.9, "gamma": 0.99, "seed": 3, "num_epochs": 2})
+    assert (cfg.lambda_, cfg.gamma, cfg.seed, cfg.num_epochs) == (0.9, 0.99, 3, 2)
+    assert set(STARPO_DEFAULTS) <= set(cfg.to_dict()) | {"lambda_"}
+
+
+def _rllib(*args, cwd) -> subprocess.CompletedProcess:
+    code = "import sys; from ragen_rllib.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    "yaml_text, message",
+    [
+        ("exp: [unclosed", "not valid YAML"),
+        ("exp:\n  run: PPO\n  env: ragen/Bandit-v0\n", "run='PPO'"),
+        ("exp:\n  run: StarPO\n  envv: x\n", "envv"),
+        ("exp:\n  run: StarPO\n  env: ragen/Nope-v0\n", "ragen/Nope-v0"),
+        (
+            "exp:\n  run: StarPO\n  env: ragen/Bandit-v0\n  config: {llm: builtin-raw, lr: -1}\n",
+            "lr",
+        ),
+    ],
+)
+def test_rllib_train_rejects_bad_files_before_ray_starts(tmp_path, yaml_text, message):
+    path = tmp_path / "exp.yaml"
+    path.write_text(textwrap.dedent(yaml_text))
+    proc = _rllib("train", "file", str(path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Started a local Ray instance" not in proc.stderr + proc.stdout
+
+
+def test_rllib_train_rejects_bad_override_json(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("exp:\n  run: StarPO\n  env: ragen/Bandit-v0\n")
+    proc = _rllib("train", "file", str(path), "--stop", "{training_iteration: 2}", cwd=tmp_path)
+    assert proc.returncode == 2 and "--stop is not valid JSON" in proc.stderr

@@ -1,0 +1,88 @@
+"""End to end: `rllib train file` as a subprocess, then restore from its checkpoint and go on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    # A private HOME keeps ~/ray_results and Ray's files out of the user's home.
+    return {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    storage = tmp / "results"
+    overrides = {"llm": "builtin-raw", "env_groups": 4, "group_size": 4, "minibatch_size": 8}
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "ragen_rllib.cli", "train", "file",
+            str(ROOT / "tuned_examples" / "bandit_cpu.yaml"),
+            "--stop", '{"training_iteration": 2}',
+            "--config", json.dumps(overrides),
+            "--storage-path", str(storage),
+        ],
+        cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trial = next((storage / "bandit-cpu").glob("StarPO_*"))
+    return tmp, trial, proc.stdout
+
+
+def test_train_file_writes_results_and_a_checkpoint(trained):
+    _, trial, stdout = trained
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    assert [r["training_iteration"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["rollout"]["num_trajectories"] == 16
+        assert 0.0 <= row["rollout"]["success_rate"] <= 1.0
+        assert "policy_loss" in row["learners"]["default_policy"]
+    assert list(trial.glob("events.out.tfevents.*"))
+    assert (trial / "checkpoint_000000").is_dir()
+    assert "iter 2: success" in stdout
+
+
+def test_restore_and_continue_training(trained):
+    tmp, trial, _ = trained
+    script = f"""
+import json, ray, torch
+from ragen_rllib.algorithm import StarPO
+ray.init(num_cpus=2, include_dashboard=False)
+algo = StarPO.from_checkpoint({str(trial / "checkpoint_000000")!r})
+learner = algo.learner_group._learner.module["default_policy"]
+engine = algo.env_runner.engine.model.state_dict()
+same = all(torch.equal(v, engine[k]) for k, v in learner.actor_weights().items())
+before = algo.training_iteration
+result = algo.train()
+print(json.dumps({{"before": before, "after": result["training_iteration"], "same": same}}))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp, env=_env(tmp),
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"before": 2, "after": 3, "same": True}
+
+
+def test_evaluate_command_prints_success(trained):
+    tmp, trial, _ = trained
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "ragen_rllib.cli", "evaluate",
+            str(trial / "checkpoint_000000"), "--num-states", "8",
+        ],
+        cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "success on 8 fixed initial states:" in proc.stdout

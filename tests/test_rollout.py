@@ -1,0 +1,172 @@
+"""Rollout and learner data path without Ray: token in / token out, masks, turn ends, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragen_rllib.config import StarPOConfig
+from ragen_rllib.connectors import build_learner_pipeline
+from ragen_rllib.engine import Generation
+from ragen_rllib.env_runner import LLMEnvRunner
+from ragen_rllib.rl_module import LLMRLModule
+
+
+def config(**overrides) -> StarPOConfig:
+    base = {
+        "env": "ragen/FrozenLakeNoSlip-v0",
+        "llm": "builtin-raw",
+        "env_groups": 2,
+        "group_size": 3,
+        "max_turns": 3,
+        "max_new_tokens": 12,
+        "minibatch_size": 2,
+        "filter_keep_ratio": 1.0,
+    }
+    return StarPOConfig.from_user_dict({**base, **overrides})
+
+
+class ScriptedEngine:
+    """Answers from a script (trajectory index -> answers by turn), as real token ids."""
+
+    def __init__(self, tokenizer, answer_for):
+        self.tokenizer, self.answer_for, self.weights_version = tokenizer, answer_for, 0
+        self.calls = 0
+        self.model = object()
+
+    def generate(self, prompts, params, seed):
+        self.calls += 1
+        out = []
+        for row, _ in enumerate(prompts):
+            text = self.answer_for(self.calls, row)
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + [
+                self.tokenizer.eos_token_id
+            ]
+            out.append(Generation(ids, [-0.5] * len(ids), True))
+        return out
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return LLMEnvRunner(config=config(), worker_index=0)
+
+
+def test_token_in_token_out_logprobs_match_the_learner(runner):
+    cfg = runner.config
+    trajs = runner.sample()
+    assert len(trajs) == cfg.env_groups * cfg.group_size
+    module = LLMRLModule(
+        observation_space=None, action_space=None, model_config=cfg.llm_module_config()
+    )
+    batch = build_learner_pipeline(cfg)(
+        rl_module={"default_policy": module}, batch={}, episodes=trajs
+    )["default_policy"]
+    with torch.no_grad():
+        out = module.forward_train(batch)
+    mask = batch["response_mask"] > 0
+    assert int(mask.sum()) == sum(t.response_tokens for t in trajs) > 0
+    diff = (out["logp"] - batch["old_logp"])[mask].abs().max().item()
+    assert diff <= 1e-4, diff
+
+
+def test_masks_and_turn_spans_cover_exactly_the_generated_tokens(runner):
+    trajs = runner.sample()
+    tok = runner.tokenizer
+    for t in trajs:
+        assert len(t.input_ids) == len(t.loss_mask) == len(t.logprobs)
+        generated = [i for s, e in t.turn_spans for i in range(s, e)]
+        assert [i for i, m in enumerate(t.loss_mask) if m] == generated
+        assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if not m)
+        assert len(t.turn_spans) == len(t.turn_rewards) == t.num_turns >= 1
+        for (s, e), answer in zip(t.turn_spans, t.answers, strict=True):
+            # The env saw exactly the decoded sampled ids (after the prefill).
+            assert answer == runner.chat.prefill + tok.decode(
+                t.input_ids[s:e], skip_special_tokens=True
+            )
+        # The prompt starts the sequence and carries no loss.
+        assert t.turn_spans[0][0] > 0 and not any(t.loss_mask[: t.turn_spans[0][0]])
+
+
+def test_trajectories_end_at_different_turns(runner, monkeypatch):
+    cfg = config(env="ragen/Bandit-v0", max_turns=3)
+    bandit = LLMEnvRunner(config=cfg, worker_index=0)
+
+    def answer(call, row):
+        # Rows 0-2 pull an arm at turn 1; rows 3-5 stall until turn 3 (the last one).
+        if row < 3 and call == 1 or call == 3:
+            return "go </think> <answer> Dragon </answer>"
+        return "hmm </think> <answer> Unicorn </answer>"
+
+    bandit.engine = ScriptedEngine(bandit.tokenizer, answer)
+    trajs = bandit.sample()
+    turns = sorted(t.num_turns for t in trajs)
+    assert turns == [1, 1, 1, 3, 3, 3]
+    for t in trajs:
+        assert t.end_reason == "terminated"
+        assert t.turn_rewards[-1] in (pytest.approx(0.0), pytest.approx(1.0))
+        if t.num_turns == 3:
+            assert t.turn_rewards[:2] == [pytest.approx(-0.1)] * 2  # format penalty, unknown arm
+
+
+def test_context_overflow_ends_the_trajectory_and_keeps_it():
+    small = LLMEnvRunner(config=config(env="ragen/Bandit-v0", max_turns=5), worker_index=0)
+    small.engine = ScriptedEngine(
+        small.tokenizer, lambda call, row: "a </think> <answer> Unicorn </answer>"
+    )
+    prompt_len = small.sample()[0].turn_spans[0][0]
+    # Room for the first answer but not for a second turn.
+    small.config.max_context_tokens = prompt_len + small.config.max_new_tokens + 20
+    out = small.sample()
+    assert {t.end_reason for t in out} == {"context_overflow"}
+    assert all(t.num_turns == 1 and t.done for t in out)
+    small.config.max_context_tokens = prompt_len
+    with pytest.raises(ValueError, match="max_context_tokens"):
+        small.sample()
+
+
+def test_env_error_is_logged_and_the_trajectory_kept(runner, monkeypatch):
+    envs = runner._env_pool(6)
+
+    def broken(text):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(envs[0], "step", broken)
+    trajs = runner.sample()
+    assert trajs[0].end_reason == "env_error" and "boom" in trajs[0].turn_infos[-1]["env_error"]
+    assert all(t.end_reason != "env_error" for t in trajs[1:])
+
+
+def test_observation_tokens_carry_no_loss_or_gradient(runner):
+    from ragen_rllib.learner import StarPOTorchLearner
+
+    cfg = runner.config
+    trajs = runner.sample()
+    module = LLMRLModule(
+        observation_space=None, action_space=None, model_config=cfg.llm_module_config()
+    )
+    batch = build_learner_pipeline(cfg)(
+        rl_module={"default_policy": module}, batch={}, episodes=trajs
+    )["default_policy"]
+    learner = StarPOTorchLearner.__new__(StarPOTorchLearner)  # only the loss is exercised
+
+    class _Metrics:
+        def log_value(self, *args, **kwargs):
+            pass
+
+    learner.metrics, learner._reference = _Metrics(), None
+    mask = batch["response_mask"] > 0
+
+    def loss_and_grad(b):
+        module.zero_grad()
+        out = module.forward_train(b)
+        loss = learner.compute_loss_for_module(module_id="m", config=cfg, batch=b, fwd_out=out)
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
+        return loss.detach(), grads
+
+    loss, grads = loss_and_grad(batch)
+    noisy = dict(batch)
+    for key in ("advantages", "old_logp", "value_targets", "old_values"):
+        noisy[key] = torch.where(mask, batch[key], torch.randn_like(batch[key]) * 100)
+    loss2, grads2 = loss_and_grad(noisy)
+    assert torch.equal(loss, loss2) and torch.allclose(grads, grads2)
