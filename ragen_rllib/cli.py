@@ -107,8 +107,11 @@ def _print_progress():
                 f"entropy {learner.get('entropy', float('nan')):.3f} "
                 f"time {result.get('time_total_s', 0):.0f}s"
             )
-            if ev:
-                line += f" | eval success {ev.get('success_rate', float('nan')):.3f}"
+            # Evaluation runs every `eval_interval` iterations; between runs the
+            # key is absent or NaN.
+            ev_success = ev.get("success_rate", float("nan"))
+            if ev_success == ev_success:
+                line += f" | eval success {ev_success:.3f}"
             print(line, flush=True)
 
     return Progress()

@@ -120,6 +120,19 @@ class StarPOConfig(AlgorithmConfig):
         self.env_runner_cls = LLMEnvRunner
         self.env = "ragen/SimpleSokoban-v0"
 
+    def training(self, **kwargs: Any) -> StarPOConfig:
+        """RLlib's ``training()`` plus every StarPO knob, e.g. ``.training(group_size=8)``.
+
+        An unknown keyword raises TypeError, as RLlib's own ``training()`` does.
+        """
+        ours = {key: kwargs.pop(key) for key in list(kwargs) if key in STARPO_DEFAULTS}
+        if "lambda" in kwargs:
+            ours["lambda_"] = kwargs.pop("lambda")
+        super().training(**kwargs)
+        for key, value in ours.items():
+            setattr(self, key, value)
+        return self
+
     # ----- RLlib extension points -------------------------------------------------
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         from .rl_module import LLMRLModule

@@ -100,3 +100,17 @@ def test_rllib_train_rejects_bad_override_json(tmp_path):
     path.write_text("exp:\n  run: StarPO\n  env: ragen/Bandit-v0\n")
     proc = _rllib("train", "file", str(path), "--stop", "{training_iteration: 2}", cwd=tmp_path)
     assert proc.returncode == 2 and "--stop is not valid JSON" in proc.stderr
+
+
+def test_fluent_training_takes_starpo_and_rllib_keys():
+    cfg = StarPOConfig().environment("ragen/Bandit-v0").training(
+        group_size=4, advantage_estimator="grpo", lr=3e-5, minibatch_size=8
+    )
+    assert (cfg.group_size, cfg.advantage_estimator, cfg.lr, cfg.minibatch_size) == (
+        4,
+        "grpo",
+        3e-5,
+        8,
+    )
+    with pytest.raises(TypeError, match="grup_size"):
+        StarPOConfig().training(grup_size=4)

@@ -1,0 +1,142 @@
+"""Train a tuned example in one process and print success before and after, time and memory.
+
+The figures the CPU examples are judged by: success on the fixed evaluation
+states (``eval_num_states``, ``eval_temperature`` and ``eval_seed`` of the
+experiment's config, so 256 states at temperature 0.5 by default) before any
+update and after the last one, the iterations run, the wall time of the
+training loop, and the peak resident memory of the whole process tree (this
+driver, which holds the env runner and the learner when ``num_env_runners``
+and ``num_learners`` are 0, plus every Ray process it started), sampled
+every 0.5 s from /proc.
+
+    python bench/bench_train_cpu.py tuned_examples/bandit_cpu.yaml
+    python bench/bench_train_cpu.py tuned_examples/frozenlake_cpu.yaml --minutes 20
+
+``--iterations`` overrides the experiment's ``stop.training_iteration``;
+``--minutes`` stops earlier when the wall time runs out (evaluation time
+included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/statm") as f:
+                resident = int(f.read().split()[1])
+        except OSError:
+            continue  # the process ended while we looked
+        pid, ppid = int(entry), int(fields[1])
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = resident * PAGE
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+class PeakRSS(threading.Thread):
+    def __init__(self, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.interval, self.peak, self._halt = interval, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.peak = max(self.peak, tree_rss_bytes(os.getpid()))
+            self._halt.wait(self.interval)
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join()
+        return self.peak
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("file", help="experiment YAML (its first experiment is run)")
+    parser.add_argument("--iterations", type=int, default=None)
+    parser.add_argument("--minutes", type=float, default=None, help="wall-time limit")
+    parser.add_argument("--config", default=None, help="JSON object merged into the config")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+
+    from ragen_rllib.cli import build_config, load_experiments
+
+    name, exp = next(iter(load_experiments(args.file).items()))
+    config = build_config(exp, json.loads(args.config) if args.config else {})
+    iterations = args.iterations or int((exp.get("stop") or {}).get("training_iteration", 50))
+    config.eval_interval = 0  # this script evaluates before and after itself
+
+    import ray
+
+    from ragen_rllib.algorithm import StarPO
+
+    sampler = PeakRSS()
+    sampler.start()
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    algo = config.build_algo()
+    try:
+        start = time.perf_counter()
+        before = algo.evaluate_success()
+        print(f"{name}: before training, eval success {before['success_rate']:.3f}", flush=True)
+        done = 0
+        deadline = None if args.minutes is None else start + 60 * args.minutes
+        for done in range(1, iterations + 1):
+            result = algo.train()
+            r = result["rollout"]
+            print(
+                f"iter {done}: train success {r['success_rate']:.3f} "
+                f"reward {r['reward_mean']:.3f} valid {r.get('env/action_is_valid', 0):.2f} "
+                f"t {time.perf_counter() - start:.0f}s",
+                flush=True,
+            )
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+        train_s = time.perf_counter() - start
+        after = algo.evaluate_success()
+        total_s = time.perf_counter() - start
+    finally:
+        algo.stop()
+        peak = sampler.stop()
+        ray.shutdown()
+    figures = {
+        "experiment": name,
+        "env": config.env,
+        "eval_states": config.eval_num_states,
+        "eval_temperature": config.eval_temperature,
+        "success_before": before["success_rate"],
+        "success_after": after["success_rate"],
+        "iterations": done,
+        "train_wall_s": round(train_s, 1),
+        "total_wall_s": round(total_s, 1),
+        "peak_rss_gib": round(peak / 2**30, 2),
+        "cpus": os.cpu_count(),
+    }
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
