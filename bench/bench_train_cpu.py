@@ -89,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from ragen_rllib.algorithm import StarPO
 
     sampler = PeakRSS()
     sampler.start()
