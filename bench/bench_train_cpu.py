@@ -83,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     from ragen_rllib.cli import build_config, load_experiments
 
     name, exp = next(iter(load_experiments(args.file).items()))
-    config = build_config(exp, json.loads(args.config) if args.config else {})
+    config, grid = build_config(exp, json.loads(args.config) if args.config else {})
+    if grid:
+        parser.error(f"{args.file} sweeps {sorted(grid)}; this script runs one config")
     iterations = args.iterations or int((exp.get("stop") or {}).get("training_iteration", 50))
     config.eval_interval = 0  # this script evaluates before and after itself
 
     import ray
-
 
     sampler = PeakRSS()
     sampler.start()

@@ -10,8 +10,10 @@ classic experiment YAML format::
       checkpoint_config: {checkpoint_frequency: 10, checkpoint_at_end: true}
       config: {model: builtin, env_groups: 8, group_size: 16, ...}
 
-Every experiment's config is built and checked before Ray starts, so a typo
-or a bad value fails in a second with a message that names it. Training runs
+A config value may be a sweep, ``lr: {grid_search: [1.0e-4, 3.0e-4]}``: Tune then
+runs one trial per point of the grid. Every experiment's config (every grid
+point) is built and checked before Ray starts, so a typo or a bad value fails
+in a second with a message that names it. Training runs
 through Ray Tune: results, checkpoints and TensorBoard logs land in Tune's
 storage path (``--storage-path``, default ``~/ray_results``).
 """
@@ -19,6 +21,7 @@ storage path (``--storage-path``, default ``~/ray_results``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -79,16 +82,66 @@ def load_experiments(path: str) -> dict[str, dict[str, Any]]:
     return data
 
 
+MAX_GRID_POINTS = 256
+
+
+def split_grid_search(user: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """(the config without its sweeps, {key: values}) for ``key: {grid_search: [...]}``."""
+    base, grid = {}, {}
+    for key, value in user.items():
+        if isinstance(value, dict) and "grid_search" in value:
+            values = value["grid_search"]
+            if set(value) != {"grid_search"} or not isinstance(values, list) or not values:
+                raise UsageError(
+                    f"config {key}: a sweep is {{grid_search: [value, ...]}} with at least "
+                    f"one value, got {value!r}"
+                )
+            grid[key] = values
+        else:
+            base[key] = value
+    return base, grid
+
+
 def build_config(exp: dict[str, Any], overrides: dict[str, Any]):
+    """(checked StarPOConfig, grid) for one experiment.
+
+    Every point of a ``grid_search`` sweep is built and checked here, so a bad
+    value anywhere in the grid fails before Ray starts; the returned config
+    holds the grid's first point.
+    """
     from .config import StarPOConfig
 
     user = dict(exp.get("config") or {})
     if "env" in exp:
         user["env"] = exp["env"]
     user.update(overrides)
-    config = StarPOConfig.from_user_dict(user)
-    config.check()
-    return config
+    base, grid = split_grid_search(user)
+    points = list(itertools.product(*grid.values()))
+    if len(points) > MAX_GRID_POINTS:
+        raise UsageError(f"the grid has {len(points)} points; at most {MAX_GRID_POINTS}")
+    configs = []
+    for point in points:
+        config = StarPOConfig.from_user_dict({**base, **dict(zip(grid, point, strict=True))})
+        try:
+            config.check()
+        except ValueError as err:
+            where = f" (grid point {dict(zip(grid, point, strict=True))})" if grid else ""
+            raise ValueError(f"{err}{where}") from err
+        configs.append(config)
+    return configs[0], grid
+
+
+def param_space(config, grid: dict[str, list[Any]]) -> Any:
+    """What tune.Tuner gets: the config itself, or its dict with tune.grid_search entries."""
+    if not grid:
+        return config
+    from ray import tune
+
+    space = config.to_dict()
+    for key, values in grid.items():
+        name = key if key in space else {"lambda": "lambda_", "lambda_": "lambda"}.get(key, key)
+        space[name] = tune.grid_search(values)
+    return space
 
 
 def _print_progress():
@@ -129,7 +182,6 @@ def train(args: argparse.Namespace) -> int:
     from ray import tune
 
     from . import register_with_tune
-    from .algorithm import StarPO
 
     register_with_tune()
     if not ray.is_initialized():
@@ -141,8 +193,8 @@ def train(args: argparse.Namespace) -> int:
             args.storage_path or exp.get("storage_path") or os.path.expanduser("~/ray_results")
         )
         tuner = tune.Tuner(
-            StarPO,
-            param_space=configs[name],
+            exp["run"],  # resolved through Tune's registry, like any registered trainable
+            param_space=param_space(*configs[name]),
             run_config=tune.RunConfig(
                 name=name,
                 storage_path=os.path.abspath(os.path.expanduser(storage)),

@@ -103,8 +103,10 @@ def test_rllib_train_rejects_bad_override_json(tmp_path):
 
 
 def test_fluent_training_takes_starpo_and_rllib_keys():
-    cfg = StarPOConfig().environment("ragen/Bandit-v0").training(
-        group_size=4, advantage_estimator="grpo", lr=3e-5, minibatch_size=8
+    cfg = (
+        StarPOConfig()
+        .environment("ragen/Bandit-v0")
+        .training(group_size=4, advantage_estimator="grpo", lr=3e-5, minibatch_size=8)
     )
     assert (cfg.group_size, cfg.advantage_estimator, cfg.lr, cfg.minibatch_size) == (
         4,
@@ -114,3 +116,29 @@ def test_fluent_training_takes_starpo_and_rllib_keys():
     )
     with pytest.raises(TypeError, match="grup_size"):
         StarPOConfig().training(grup_size=4)
+
+
+def test_grid_search_points_are_each_checked_before_ray(tmp_path):
+    from ragen_rllib.cli import build_config, param_space, split_grid_search
+
+    base, grid = split_grid_search({"lr": {"grid_search": [1e-4, 3e-4]}, "group_size": 4})
+    assert base == {"group_size": 4} and grid == {"lr": [1e-4, 3e-4]}
+    exp = {
+        "env": "ragen/Bandit-v0",
+        "config": {"llm": "builtin-raw", "lr": {"grid_search": [1e-4, 3e-4]}},
+    }
+    config, grid = build_config(exp, {})
+    space = param_space(config, grid)
+    assert space["lr"] == {"grid_search": [1e-4, 3e-4]} and space["env"] == "ragen/Bandit-v0"
+    bad = {
+        "env": "ragen/Bandit-v0",
+        "config": {"llm": "builtin-raw", "lr": {"grid_search": [1e-4, -1]}},
+    }
+    with pytest.raises(ValueError, match=r"lr=-1 .*grid point \{'lr': -1\}"):
+        build_config(bad, {})
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "exp:\n  run: StarPO\n  env: ragen/Bandit-v0\n  config: {lr: {grid_search: []}}\n"
+    )
+    proc = _rllib("train", "file", str(path), cwd=tmp_path)
+    assert proc.returncode == 2 and "grid_search" in proc.stderr

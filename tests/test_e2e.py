@@ -86,3 +86,40 @@ def test_evaluate_command_prints_success(trained):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "success on 8 fixed initial states:" in proc.stdout
+
+
+def test_grid_search_sweep_runs_one_trial_per_point(tmp_path):
+    storage = tmp_path / "results"
+    exp = tmp_path / "sweep.yaml"
+    exp.write_text(
+        "sweep:\n"
+        "  run: StarPO\n"
+        "  env: ragen/Bandit-v0\n"
+        "  stop: {training_iteration: 1}\n"
+        "  checkpoint_config: {checkpoint_at_end: false}\n"
+        "  config:\n"
+        "    llm: builtin-raw\n"
+        "    env_groups: 2\n"
+        "    group_size: 2\n"
+        "    max_turns: 1\n"
+        "    max_new_tokens: 12\n"
+        "    minibatch_size: 4\n"
+        "    filter_keep_ratio: 1.0\n"
+        "    advantage_estimator: grpo\n"
+        "    lr: {grid_search: [1.0e-5, 1.0e-4]}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragen_rllib.cli", "train", "file", str(exp),
+         "--storage-path", str(storage)],
+        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trials = sorted((storage / "sweep").glob("StarPO_*"))
+    assert len(trials) == 2
+    lrs = []
+    for trial in trials:
+        rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+        assert [r["training_iteration"] for r in rows] == [1]
+        assert rows[0]["rollout"]["num_trajectories"] == 4
+        lrs.append(rows[0]["learners"]["default_policy"]["actor_learning_rate"])
+    assert sorted(lrs) == [1e-5, 1e-4]
