@@ -170,3 +170,46 @@ def test_observation_tokens_carry_no_loss_or_gradient(runner):
         noisy[key] = torch.where(mask, batch[key], torch.randn_like(batch[key]) * 100)
     loss2, grads2 = loss_and_grad(noisy)
     assert torch.equal(loss, loss2) and torch.allclose(grads, grads2)
+
+
+def test_module_state_is_bfloat16_safe_and_shares_storage():
+    from transformers import AutoTokenizer
+
+    from ragen_rllib.engine import HFEngine
+    from ragen_rllib.rl_module import ACTOR_PREFIX
+
+    cfg = config(model_dtype="bfloat16").llm_module_config()
+    assert cfg["critic"]  # the default estimator is GAE: actor and critic
+    module = LLMRLModule(observation_space=None, action_space=None, model_config=cfg)
+    state = module.get_state()
+    params = dict(module.named_parameters())
+    assert {v.dtype for v in state.values()} == {torch.bfloat16}
+    # No copy on the CPU: the state's tensors are the parameters' storage.
+    key = ACTOR_PREFIX + "model.embed_tokens.weight"
+    assert state[key].data_ptr() == params[key].data_ptr()
+    assert any(k.startswith("critic.") for k in state) and "value_head.weight" in state
+    actor_only = module.get_state(inference_only=True)
+    assert actor_only and all(k.startswith(ACTOR_PREFIX) for k in actor_only)
+
+    other = LLMRLModule(observation_space=None, action_space=None, model_config=cfg)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(1.0)
+    other.set_state(state)
+    assert all(torch.equal(v, other.get_state()[k]) for k, v in state.items())
+    with pytest.raises(ValueError, match="lacks"):
+        other.set_state({**state, "nonsense.weight": torch.zeros(1)})
+
+    # The rollout engine takes the actor's weights under its own names, in bf16.
+    tok = AutoTokenizer.from_pretrained(cfg["model_path"])
+    engine = HFEngine(
+        cfg["model_path"],
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        dtype="bfloat16",
+    )
+    n = len(ACTOR_PREFIX)
+    engine.load_weights({k[n:]: v for k, v in actor_only.items()}, version=7)
+    assert engine.weights_version == 7
+    loaded = engine.model.state_dict()
+    assert all(torch.equal(loaded[k[n:]], v) for k, v in actor_only.items())
