@@ -144,6 +144,26 @@ def param_space(config, grid: dict[str, list[Any]]) -> Any:
     return space
 
 
+def check_local_gpus(name: str, config) -> None:
+    """Fail now, not as a trial that waits forever for GPUs this machine does not have."""
+    learners = max(1, config.num_learners)
+    needed = config.num_gpus_per_learner * learners
+    needed += config.num_gpus_per_env_runner * max(1, config.num_env_runners)
+    if needed <= 0:
+        return
+    import torch
+
+    have = torch.cuda.device_count()
+    if have < needed:
+        raise UsageError(
+            f"experiment {name!r} asks for {needed:g} GPU(s) (num_gpus_per_learner="
+            f"{config.num_gpus_per_learner}, num_learners={config.num_learners}, "
+            f"num_gpus_per_env_runner={config.num_gpus_per_env_runner}) and this machine "
+            f"has {have}. Use a *_cpu.yaml example, override with --config "
+            "'{\"num_gpus_per_learner\": 0}', or set RAY_ADDRESS to join a cluster with GPUs."
+        )
+
+
 def _print_progress():
     from ray import tune
 
@@ -177,6 +197,10 @@ def train(args: argparse.Namespace) -> int:
     configs = {
         name: build_config(exp, config_override) for name, exp in experiments.items()
     }  # every experiment is checked before Ray starts
+
+    if not os.environ.get("RAY_ADDRESS"):  # a local Ray instance: only this machine's GPUs
+        for name, (config, _) in configs.items():
+            check_local_gpus(name, config)
 
     import ray
     from ray import tune

@@ -12,6 +12,7 @@ a comment says otherwise.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
@@ -24,6 +25,7 @@ GRPO_NORMS = ("mean_std", "mean", "identity")
 FILTER_MODES = ("top_std", "bottom_std")
 ENGINES = ("hf",)
 DTYPES = ("float32", "bfloat16")
+ROLLOUT_DEVICES = ("auto", "cpu", "cuda")
 
 # Our knobs and their defaults, one documented line each. They become attributes of
 # StarPOConfig, so RLlib's to_dict()/update_from_dict() carry them through Tune.
@@ -32,6 +34,7 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "llm": "builtin",  # "builtin" (warm-started), "builtin-raw", a local HF dir or a hub id
     "model_dtype": "float32",  # weights dtype for learner and engine ("bfloat16" on GPUs)
     "engine": "hf",  # rollout engine: "hf" (transformers; the CPU default)
+    "rollout_device": "auto",  # where the engine runs: "auto" (cuda if visible), "cpu", "cuda"
     "env_groups": 8,  # P: initial states per iteration (paper 8)
     "group_size": 16,  # N: rollouts per initial state (paper 16)
     "max_turns": 5,  # K: turns per trajectory at most (paper 5)
@@ -93,6 +96,7 @@ _CHOICES = {
     "filter_mode": FILTER_MODES,
     "engine": ENGINES,
     "model_dtype": DTYPES,
+    "rollout_device": ROLLOUT_DEVICES,
     "kl_estimator": ("k1", "k2", "k3", "abs"),
 }
 
@@ -251,7 +255,19 @@ class StarPOConfig(AlgorithmConfig):
             )
         if not (0 <= self.eval_seed and self.eval_seed + self.eval_num_states <= 1 << 20):
             raise bad("eval_seed", "eval_seed + eval_num_states must lie in [0, 2**20)")
-        self.llm_module_config()  # resolves the model; a missing path raises here
+        model_path = self.llm_module_config()["model_path"]  # a missing local path raises
+        if not os.path.isdir(model_path):
+            # A hub id: fetch its config now (cached by transformers), so that an
+            # unreachable hub or a wrong id fails here and not inside a Ray actor.
+            from transformers import AutoConfig
+
+            try:
+                AutoConfig.from_pretrained(model_path)
+            except (OSError, ValueError) as err:
+                raise FileNotFoundError(
+                    f"config llm={self.llm!r} is neither a local model directory nor a hub "
+                    f"model that can be loaded here: {err}"
+                ) from err
 
     def validate(self) -> None:
         super().validate()

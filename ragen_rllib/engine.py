@@ -160,9 +160,11 @@ class HFEngine:
         for _ in range(params.max_new_tokens):
             token, logp = _sample(logits, params, gen)
             token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
+            # One device-to-host copy per step, not one per row.
+            token_list, logp_list = token.tolist(), logp.tolist()
             for i in torch.nonzero(~finished).flatten().tolist():
-                ids[i].append(int(token[i]))
-                logps[i].append(float(logp[i]))
+                ids[i].append(token_list[i])
+                logps[i].append(logp_list[i])
             finished |= token == self.eos_token_id
             if bool(finished.all()):
                 break

@@ -40,6 +40,17 @@ def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:
     return obs, gym.spaces.Discrete(vocab_size)
 
 
+def rollout_device(choice: str) -> str:
+    """ "auto": the first visible GPU when there is one (Ray sets CUDA_VISIBLE_DEVICES), else CPU."""
+    import torch
+
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("config rollout_device='cuda' but this process sees no GPU")
+    return choice
+
+
 class LLMEnvRunner(EnvRunner, Checkpointable):
     """Samples multi-turn trajectories from text envs with an LLM rollout engine."""
 
@@ -60,6 +71,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.eos_token_id if pad is None else pad,
             dtype=config.model_dtype,
+            device=rollout_device(config.rollout_device),
             max_batch_size=config.rollout_batch_size,
         )
         self._envs: list[gym.Env] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -30,6 +31,7 @@ def make(**overrides) -> StarPOConfig:
         ({"max_turns": 2.5}, ["max_turns", "integer"]),
         ({"minibatch_size": 64, "env_groups": 8, "group_size": 4}, ["minibatch_size", "8"]),
         ({"model_dtype": "float8"}, ["model_dtype", "bfloat16"]),
+        ({"rollout_device": "tpu"}, ["rollout_device", "'auto'", "'cuda'"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_allowed_values(overrides, names):
@@ -66,10 +68,15 @@ def test_yaml_lambda_and_rllib_keys_are_accepted():
     assert set(STARPO_DEFAULTS) <= set(cfg.to_dict()) | {"lambda_"}
 
 
-def _rllib(*args, cwd) -> subprocess.CompletedProcess:
+def _rllib(*args, cwd, env=None) -> subprocess.CompletedProcess:
     code = "import sys; from ragen_rllib.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -142,3 +149,28 @@ def test_grid_search_points_are_each_checked_before_ray(tmp_path):
     )
     proc = _rllib("train", "file", str(path), cwd=tmp_path)
     assert proc.returncode == 2 and "grid_search" in proc.stderr
+
+
+def test_unloadable_hub_model_fails_before_ray(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "exp:\n  run: StarPO\n  env: ragen/Bandit-v0\n  config: {llm: no-such-org/no-such-model}\n"
+    )
+    # Offline, as on a machine without the hub: the same error path, without network retries.
+    proc = _rllib("train", "file", str(path), cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2, proc.stderr
+    assert "llm='no-such-org/no-such-model'" in proc.stderr
+    assert "Started a local Ray instance" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="checks a machine without a GPU"
+)
+def test_gpu_example_on_a_machine_without_gpu_fails_before_ray(tmp_path):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "tuned_examples" / "sokoban_starpo.yaml"
+    proc = _rllib("train", "file", str(example), "--config", '{"llm": "builtin-raw"}', cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "asks for 1 GPU(s)" in proc.stderr and "has 0" in proc.stderr
+    assert "Started a local Ray instance" not in proc.stderr + proc.stdout

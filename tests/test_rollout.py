@@ -213,3 +213,33 @@ def test_module_state_is_bfloat16_safe_and_shares_storage():
     assert engine.weights_version == 7
     loaded = engine.model.state_dict()
     assert all(torch.equal(loaded[k[n:]], v) for k, v in actor_only.items())
+
+
+def test_rollout_reuse_buffer_hands_out_a_batch_k_times():
+    from ragen_rllib.algorithm import RolloutReuseBuffer
+
+    buf = RolloutReuseBuffer(k=2)
+    assert buf.needs_fresh()
+    first = ["t0", "t1"]
+    buf.put(first)
+    assert buf.take() == first and not buf.needs_fresh()
+    state = buf.get_state()
+    assert buf.take() == first and buf.needs_fresh()  # dropped after its k-th use
+    restored = RolloutReuseBuffer(k=2)
+    restored.set_state(state)
+    assert not restored.needs_fresh() and restored.take() == first and restored.needs_fresh()
+    # A caller's edits to what it took (e.g. filtering) never reach the stored batch.
+    buf.put(["a", "b"])
+    taken = buf.take()
+    taken.clear()
+    assert buf.take() == ["a", "b"]
+
+
+def test_rollout_device_choice():
+    from ragen_rllib.env_runner import rollout_device
+
+    assert rollout_device("cpu") == "cpu"
+    assert rollout_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="rollout_device='cuda'"):
+            rollout_device("cuda")
