@@ -123,3 +123,30 @@ def test_grid_search_sweep_runs_one_trial_per_point(tmp_path):
         assert rows[0]["rollout"]["num_trajectories"] == 4
         lrs.append(rows[0]["learners"]["default_policy"]["actor_learning_rate"])
     assert sorted(lrs) == [1e-5, 1e-4]
+
+
+def test_online_k_reuses_each_rollout_batch_k_times(tmp_path):
+    script = """
+import json, ray
+from ragen_rllib.config import StarPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+config = StarPOConfig.from_user_dict({
+    "env": "ragen/Bandit-v0", "llm": "builtin-raw", "env_groups": 2, "group_size": 2,
+    "max_turns": 1, "max_new_tokens": 12, "minibatch_size": 4, "filter_keep_ratio": 1.0,
+    "advantage_estimator": "grpo", "online_k": 2,
+})
+algo = config.build_algo()
+rows = []
+for _ in range(3):
+    result = algo.train()
+    rows.append([algo.env_runner._num_sample_calls, result["rollout/batch_uses"]])
+print(json.dumps(rows))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=_env(tmp_path),
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Iterations 1 and 2 train on the first rollout batch, iteration 3 on a fresh one.
+    assert rows == [[1, 1], [1, 2], [2, 1]]
