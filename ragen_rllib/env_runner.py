@@ -41,7 +41,8 @@ def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:
 
 
 def rollout_device(choice: str) -> str:
-    """ "auto": the first visible GPU when there is one (Ray sets CUDA_VISIBLE_DEVICES), else CPU."""
+    """The engine's device: for "auto" the first visible GPU (Ray sets
+    CUDA_VISIBLE_DEVICES for the process) when there is one, else the CPU."""
     import torch
 
     if choice == "auto":
