@@ -464,6 +464,13 @@ def get_builtin_model(
     torch.set_num_threads(1)  # bitwise reproducible float sums
     try:
         start = time.perf_counter()
+        logger.info(
+            "building the built-in model %s (once; %s)",
+            final,
+            f"{spec.warm_start_steps} warm-start steps, a few minutes on a CPU"
+            if warm_start
+            else "seconds",
+        )
         tokenizer = build_tokenizer(*build_vocab(spec.corpus_seeds))
         model = build_model(tokenizer, spec, seed)
         if warm_start:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -292,6 +293,13 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--seed", type=int, default=0, help="first evaluation seed")
     p_eval.add_argument("--num-cpus", type=int, default=None)
     args = parser.parse_args(argv)
+    # Our own progress (e.g. the built-in model's first build) on stderr.
+    log = logging.getLogger("ragen_rllib")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("ragen_rllib: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
     try:
         return train(args) if args.command == "train" else evaluate(args)
     except UsageError as err:
