@@ -7,10 +7,12 @@ when the critic is on, the value of the state before token t. Sampling does not
 go through this module: the env runners' rollout engines hold their own copy of
 the actor and receive its weights after each update.
 
-State handling: ``get_state`` returns torch tensors as they are (no numpy
-conversion, so bfloat16 works, and no copies on the CPU); with
-``inference_only=True`` only the actor's weights, under the names the rollout
-model expects.
+Precision: the weights are float32 (the optimizer's master copy); with
+``dtype="bfloat16"`` the forward passes run under bfloat16 autocast, and the
+rollout engines hold bfloat16 copies. State handling: ``get_state`` returns
+torch tensors as they are (no numpy conversion, which fails on bfloat16, and no
+copies on the CPU); with ``inference_only=True`` only the actor's weights,
+under the names the rollout model expects.
 """
 
 from __future__ import annotations
@@ -35,19 +37,30 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         from transformers import AutoModel, AutoModelForCausalLM
 
         cfg = self.model_config
-        dtype = getattr(torch, cfg.get("dtype", "float32"))
+        # Weights (and so the optimizer's updates) stay float32: an update of
+        # lr=1e-6 is far below bfloat16's resolution and would round away.
+        # "bfloat16" is the compute dtype, through autocast, as in mixed precision.
+        self.compute_dtype = getattr(torch, cfg.get("dtype", "float32"))
         self.temperature = float(cfg.get("temperature", 1.0)) or 1.0
-        self.actor = AutoModelForCausalLM.from_pretrained(cfg["model_path"], dtype=dtype)
+        self.actor = AutoModelForCausalLM.from_pretrained(cfg["model_path"], dtype=torch.float32)
         self.actor.config.use_cache = False
         self.has_critic = bool(cfg.get("critic", False)) and not self.inference_only
         if self.has_critic:
             # A separate critic network, as in the paper: the same architecture
             # (initialised from the same weights) with a scalar value head.
-            self.critic = AutoModel.from_pretrained(cfg["model_path"], dtype=dtype)
+            self.critic = AutoModel.from_pretrained(cfg["model_path"], dtype=torch.float32)
             hidden = self.critic.config.hidden_size
-            self.value_head = nn.Linear(hidden, 1, dtype=dtype)
+            self.value_head = nn.Linear(hidden, 1)
             nn.init.normal_(self.value_head.weight, std=1.0 / (hidden + 1))
             nn.init.zeros_(self.value_head.bias)
+
+    def _autocast(self):
+        device = next(self.actor.parameters()).device
+        return torch.autocast(
+            device_type=device.type,
+            dtype=self.compute_dtype,
+            enabled=self.compute_dtype != torch.float32,
+        )
 
     # ----- parameters by role (the learner gives each its own optimizer) ------------
     def actor_parameters(self) -> list[nn.Parameter]:
@@ -65,7 +78,8 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         input_ids = batch["input_ids"]  # [B, T]
-        logits = self.actor(input_ids=input_ids, attention_mask=batch["attention_mask"]).logits
+        with self._autocast():
+            logits = self.actor(input_ids=input_ids, attention_mask=batch["attention_mask"]).logits
         logp, entropy = token_logprobs_and_entropy(
             logits[:, :-1], input_ids[:, 1:], temperature=self.temperature
         )  # [B, T-1] each: position t-1 predicts token t
@@ -77,10 +91,11 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """V(state before token t) for every position t  # [B, T] (0 at t=0)."""
-        hidden = self.critic(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).last_hidden_state  # [B, T, H]
-        values = self.value_head(hidden[:, :-1]).squeeze(-1).float()  # [B, T-1]
+        with self._autocast():
+            hidden = self.critic(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+            ).last_hidden_state  # [B, T, H]
+            values = self.value_head(hidden[:, :-1]).squeeze(-1).float()  # [B, T-1]
         return torch.cat([values.new_zeros((values.shape[0], 1)), values], 1)
 
     # ----- state --------------------------------------------------------------------

@@ -172,18 +172,20 @@ def test_observation_tokens_carry_no_loss_or_gradient(runner):
     assert torch.equal(loss, loss2) and torch.allclose(grads, grads2)
 
 
-def test_module_state_is_bfloat16_safe_and_shares_storage():
+def test_bfloat16_module_keeps_float32_weights_and_shares_storage(runner):
     from transformers import AutoTokenizer
 
     from ragen_rllib.engine import HFEngine
     from ragen_rllib.rl_module import ACTOR_PREFIX
 
-    cfg = config(model_dtype="bfloat16").llm_module_config()
-    assert cfg["critic"]  # the default estimator is GAE: actor and critic
-    module = LLMRLModule(observation_space=None, action_space=None, model_config=cfg)
+    cfg = config(model_dtype="bfloat16")
+    module_cfg = cfg.llm_module_config()
+    assert module_cfg["critic"]  # the default estimator is GAE: actor and critic
+    module = LLMRLModule(observation_space=None, action_space=None, model_config=module_cfg)
     state = module.get_state()
     params = dict(module.named_parameters())
-    assert {v.dtype for v in state.values()} == {torch.bfloat16}
+    # Master weights in float32: a bf16 weight would swallow lr=1e-6 updates.
+    assert {v.dtype for v in state.values()} == {torch.float32}
     # No copy on the CPU: the state's tensors are the parameters' storage.
     key = ACTOR_PREFIX + "model.embed_tokens.weight"
     assert state[key].data_ptr() == params[key].data_ptr()
@@ -191,7 +193,21 @@ def test_module_state_is_bfloat16_safe_and_shares_storage():
     actor_only = module.get_state(inference_only=True)
     assert actor_only and all(k.startswith(ACTOR_PREFIX) for k in actor_only)
 
-    other = LLMRLModule(observation_space=None, action_space=None, model_config=cfg)
+    # The forward pass runs in bfloat16 (autocast) and still returns float32 log-probs,
+    # close to the float32 ones.
+    batch = build_learner_pipeline(cfg)(
+        rl_module={"default_policy": module}, batch={}, episodes=runner.sample()
+    )["default_policy"]
+    with torch.no_grad():
+        out = module.forward_train(batch)
+        module.compute_dtype = torch.float32
+        exact = module.forward_train(batch)
+    mask = batch["response_mask"] > 0
+    assert out["logp"].dtype == torch.float32 and out["values"].dtype == torch.float32
+    assert not torch.equal(out["logp"][mask], exact["logp"][mask])
+    assert (out["logp"] - exact["logp"])[mask].abs().max() < 0.25
+
+    other = LLMRLModule(observation_space=None, action_space=None, model_config=module_cfg)
     with torch.no_grad():
         for p in other.parameters():
             p.add_(1.0)
@@ -200,10 +216,10 @@ def test_module_state_is_bfloat16_safe_and_shares_storage():
     with pytest.raises(ValueError, match="lacks"):
         other.set_state({**state, "nonsense.weight": torch.zeros(1)})
 
-    # The rollout engine takes the actor's weights under its own names, in bf16.
-    tok = AutoTokenizer.from_pretrained(cfg["model_path"])
+    # The rollout engine holds bfloat16 weights and takes the actor's under its own names.
+    tok = AutoTokenizer.from_pretrained(module_cfg["model_path"])
     engine = HFEngine(
-        cfg["model_path"],
+        module_cfg["model_path"],
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         dtype="bfloat16",
@@ -212,7 +228,7 @@ def test_module_state_is_bfloat16_safe_and_shares_storage():
     engine.load_weights({k[n:]: v for k, v in actor_only.items()}, version=7)
     assert engine.weights_version == 7
     loaded = engine.model.state_dict()
-    assert all(torch.equal(loaded[k[n:]], v) for k, v in actor_only.items())
+    assert all(torch.equal(loaded[k[n:]], v.to(torch.bfloat16)) for k, v in actor_only.items())
 
 
 def test_rollout_reuse_buffer_hands_out_a_batch_k_times():
