@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -150,3 +151,37 @@ print(json.dumps(rows))
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     # Iterations 1 and 2 train on the first rollout batch, iteration 3 on a fresh one.
     assert rows == [[1, 1], [1, 2], [2, 1]]
+
+
+def test_critic_estimators_train_through_the_learner(tmp_path):
+    script = """
+import json, math, ray
+from ragen_rllib.config import StarPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+out = {}
+for estimator, level in (("gae", "trajectory"), ("gae", "turn"), ("bilevel_gae", "turn")):
+    config = StarPOConfig.from_user_dict({
+        "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin-raw", "env_groups": 2,
+        "group_size": 2, "max_turns": 3, "max_new_tokens": 12, "minibatch_size": 4,
+        "filter_keep_ratio": 1.0, "advantage_estimator": estimator, "reward_level": level,
+    })
+    algo = config.build_algo()
+    learner = algo.train()["learners"]["default_policy"]
+    out[f"{estimator}/{level}"] = {
+        k: learner[k] for k in ("value_loss", "policy_loss", "critic_learning_rate",
+                                "gradients_critic_global_norm")
+    }
+    algo.stop()
+print(json.dumps(out))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=_env(tmp_path),
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(out) == {"gae/trajectory", "gae/turn", "bilevel_gae/turn"}
+    for name, stats in out.items():
+        assert stats["critic_learning_rate"] == 1e-5, name
+        assert stats["value_loss"] > 0 and math.isfinite(stats["policy_loss"]), name
+        assert stats["gradients_critic_global_norm"] > 0, name
