@@ -20,6 +20,16 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
 
 
+def _run_script(script: str, tmp: Path):
+    """Run a Python script in a fresh process (its own Ray); return its last line as JSON."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp, env=_env(tmp),
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
@@ -67,12 +77,7 @@ before = algo.training_iteration
 result = algo.train()
 print(json.dumps({{"before": before, "after": result["training_iteration"], "same": same}}))
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp, env=_env(tmp),
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _run_script(script, tmp)
     assert out == {"before": 2, "after": 3, "same": True}
 
 
@@ -143,12 +148,7 @@ for _ in range(3):
     rows.append([algo.env_runner._num_sample_calls, result["rollout/batch_uses"]])
 print(json.dumps(rows))
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=_env(tmp_path),
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = _run_script(script, tmp_path)
     # Iterations 1 and 2 train on the first rollout batch, iteration 3 on a fresh one.
     assert rows == [[1, 1], [1, 2], [2, 1]]
 
@@ -174,12 +174,7 @@ for estimator, level in (("gae", "trajectory"), ("gae", "turn"), ("bilevel_gae",
     algo.stop()
 print(json.dumps(out))
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=_env(tmp_path),
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _run_script(script, tmp_path)
     assert set(out) == {"gae/trajectory", "gae/turn", "bilevel_gae/turn"}
     for name, stats in out.items():
         assert stats["critic_learning_rate"] == 1e-5, name
