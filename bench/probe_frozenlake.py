@@ -60,8 +60,8 @@ def supervised_probe(steps: int, lr: float, batch: int, eval_states: int) -> Non
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ragen_rllib.builtin_model import _answer_loss, _batch, _first_user_text, resolve_model
-    from ragen_rllib.context import ChatFormat
+    from ragen_rllib.builtin_model import _answer_loss, _batch, resolve_model
+    from ragen_rllib.context import ChatFormat, first_user_text
 
     path = resolve_model("builtin")
     tok = AutoTokenizer.from_pretrained(path)
@@ -73,7 +73,7 @@ def supervised_probe(steps: int, lr: float, batch: int, eval_states: int) -> Non
 
     def state(seed: int) -> tuple[list[int], str]:
         obs, info = env.reset(seed=seed)
-        prompt = fmt.prompt_ids(_first_user_text(env, obs, info["actions_left"]))
+        prompt = fmt.prompt_ids(first_user_text(env, obs, info["actions_left"]))
         return prompt, shortest_path(env.holes, env.player, env.goal)[0]
 
     held_out = [state(10**6 + i) for i in range(eval_states)]

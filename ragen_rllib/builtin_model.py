@@ -63,7 +63,7 @@ from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
 import ragen_envs
 
-from .context import FORMAT_HINT, SYSTEM_PROMPT, ChatFormat, render_turn
+from .context import FORMAT_HINT, SYSTEM_PROMPT, ChatFormat, first_user_text, render_turn
 
 logger = logging.getLogger(__name__)
 
@@ -139,11 +139,6 @@ def _pieces(text: str) -> list[str]:
 
 def _make_envs() -> dict[str, Any]:
     return {env_id: gym.make(env_id).unwrapped for env_id in ragen_envs.ENV_IDS}
-
-
-def _first_user_text(env: Any, obs: str, actions_left: int) -> str:
-    """The first user message, as the env runner renders it."""
-    return env.instructions() + "\n\n" + render_turn(1, obs, actions_left, None)
 
 
 def _corpus(num_seeds: int) -> tuple[list[str], set[str]]:
@@ -278,7 +273,7 @@ def _training_sequence(
     up to ``spec.warm_start_max_turns`` answers, so later-turn contexts are seen too.
     """
     obs, info = env.reset(seed=int(rng.integers(2**31)))
-    ids = fmt.prompt_ids(_first_user_text(env, obs, info["actions_left"]))
+    ids = fmt.prompt_ids(first_user_text(env, obs, info["actions_left"]))
     labels = [-100] * len(ids)
     multi = rng.random() < spec.warm_start_multi_turn
     turns = int(rng.integers(2, spec.warm_start_max_turns + 1)) if multi else 1
@@ -381,7 +376,7 @@ def format_valid_rate(
     prompts = []
     for i, env_id in enumerate(env_ids):
         obs, info = envs[env_id].reset(seed=100_000 + i)
-        prompts.append(fmt.prompt_ids(_first_user_text(envs[env_id], obs, info["actions_left"])))
+        prompts.append(fmt.prompt_ids(first_user_text(envs[env_id], obs, info["actions_left"])))
     width = max(map(len, prompts))  # left padding, so every answer starts at column `width`
     input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
     attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])

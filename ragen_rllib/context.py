@@ -35,6 +35,15 @@ def render_turn(turn: int, observation: str, actions_left: int, reward: float | 
     )
 
 
+def first_user_text(env: Any, observation: str, actions_left: int) -> str:
+    """The first user message: the env's instructions, then turn 1.
+
+    The env runner's rollouts and the built-in model's warm start both render
+    it here, so the two cannot drift apart. ``env`` is the unwrapped text env.
+    """
+    return env.instructions() + "\n\n" + render_turn(1, observation, actions_left, None)
+
+
 class ChatFormat:
     """Cuts a tokenizer's chat template into the pieces a growing conversation needs.
 

@@ -23,7 +23,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from .context import ChatFormat, Trajectory, render_turn
+from .context import ChatFormat, Trajectory, first_user_text, render_turn
 from .engine import HFEngine, SamplingParams
 from .metrics import rollout_metrics
 from .rl_module import ACTOR_PREFIX
@@ -163,11 +163,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             traj = Trajectory(
                 env_id=cfg.env, seed=seed, group=group, weights_version=self.engine.weights_version
             )
-            first = (
-                env.unwrapped.instructions()
-                + "\n\n"
-                + render_turn(1, obs, info["actions_left"], None)
-            )
+            first = first_user_text(env.unwrapped, obs, info["actions_left"])
             traj.append_context(self.chat.prompt_ids(first))
             if len(traj.input_ids) + params.max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(

@@ -19,7 +19,7 @@ from ragen_rllib.builtin_model import (
     get_builtin_model,
     resolve_model,
 )
-from ragen_rllib.context import SYSTEM_PROMPT, ChatFormat, render_turn
+from ragen_rllib.context import SYSTEM_PROMPT, ChatFormat, first_user_text, render_turn
 
 FILES = (
     "config.json",
@@ -53,10 +53,6 @@ def warm_model(tmp_path_factory):
     return get_builtin_model("builtin", cache_dir=str(tmp_path_factory.mktemp("warm")))
 
 
-def first_user(env, obs, info):
-    return env.instructions() + "\n\n" + render_turn(1, obs, info["actions_left"], None)
-
-
 def ids_of(tokenizer, text):
     return tokenizer.encode(text, add_special_tokens=False)
 
@@ -80,8 +76,9 @@ def test_prompts_encode_losslessly_and_grids_cell_by_cell(tokenizer, env_id):
     unknown = {tokenizer.unk_token_id, tokenizer.pad_token_id}
     for seed in range(5):
         obs, info = env.reset(seed=seed)
-        prompt = fmt.prompt_ids(first_user(env, obs, info))
-        rendered = fmt._render([first_user(env, obs, info)], generation_prompt=True) + "<think>"
+        user = first_user_text(env, obs, info["actions_left"])
+        prompt = fmt.prompt_ids(user)
+        rendered = fmt._render([user], generation_prompt=True) + "<think>"
         assert tokenizer.decode(prompt) == rendered
         assert not unknown & set(prompt)
         assert max(prompt) < len(tokenizer)
@@ -155,8 +152,9 @@ def test_raw_build_loads_with_auto_classes(raw_model, tokenizer):
     # The loaded tokenizer (rebuilt by transformers from the files) encodes as the built one.
     env = gym.make("ragen/SokobanNewVocab-v0").unwrapped
     obs, info = env.reset(seed=3)
-    ids = ChatFormat(loaded).prompt_ids(first_user(env, obs, info))
-    assert ids == ChatFormat(tokenizer).prompt_ids(first_user(env, obs, info))
+    user = first_user_text(env, obs, info["actions_left"])
+    ids = ChatFormat(loaded).prompt_ids(user)
+    assert ids == ChatFormat(tokenizer).prompt_ids(user)
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits
     assert logits.shape == (1, len(ids), len(loaded))
