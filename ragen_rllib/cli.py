@@ -120,16 +120,17 @@ def build_config(exp: dict[str, Any], overrides: dict[str, Any]):
     points = list(itertools.product(*grid.values()))
     if len(points) > MAX_GRID_POINTS:
         raise UsageError(f"the grid has {len(points)} points; at most {MAX_GRID_POINTS}")
-    configs = []
+    first = None
     for point in points:
-        config = StarPOConfig.from_user_dict({**base, **dict(zip(grid, point, strict=True))})
+        values = dict(zip(grid, point, strict=True))
+        config = StarPOConfig.from_user_dict({**base, **values})
         try:
             config.check()
         except ValueError as err:
-            where = f" (grid point {dict(zip(grid, point, strict=True))})" if grid else ""
-            raise ValueError(f"{err}{where}") from err
-        configs.append(config)
-    return configs[0], grid
+            raise ValueError(f"{err} (grid point {values})" if grid else str(err)) from err
+        if first is None:
+            first = config
+    return first, grid
 
 
 def param_space(config, grid: dict[str, list[Any]]) -> Any:

@@ -32,7 +32,7 @@ ROLLOUT_DEVICES = ("auto", "cpu", "cuda")
 STARPO_DEFAULTS: dict[str, Any] = {
     # --- model and rollout ---------------------------------------------------------
     "llm": "builtin",  # "builtin" (warm-started), "builtin-raw", a local HF dir or a hub id
-    "model_dtype": "float32",  # weights dtype for learner and engine ("bfloat16" on GPUs)
+    "model_dtype": "float32",  # engine weights and learner compute dtype ("bfloat16" on GPUs)
     "engine": "hf",  # rollout engine: "hf" (transformers; the CPU default)
     "rollout_device": "auto",  # where the engine runs: "auto" (cuda if visible), "cpu", "cuda"
     "env_groups": 8,  # P: initial states per iteration (paper 8)
