@@ -44,6 +44,14 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "top_p": 1.0,  # nucleus sampling mass
     "prefill": "<think>",  # text placed at the start of every answer (not generated, no loss)
     "rollout_batch_size": 256,  # sequences per engine forward batch at most
+    # --- environment -----------------------------------------------------------------
+    # Module(s) imported in every process (config check, trial, env runners) before
+    # the env is made, for env ids that a user's module registers. None: only `env`.
+    "env_module": None,
+    # A batch in which more than this share of trajectories hit an exception in the
+    # env's reset() or step() stops the run with an error; below it, the groups of
+    # the failed trajectories are dropped from the update (and counted).
+    "max_env_error_share": 0.5,
     # --- advantages and rewards ----------------------------------------------------
     "advantage_estimator": "gae",  # "gae" (PPO critic), "grpo", "bilevel_gae" (TRICO)
     "reward_level": "trajectory",  # reward on the last token ("trajectory") or per turn ("turn")
@@ -69,6 +77,9 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "critic_lr": 1e-5,  # critic learning rate (paper 1e-5); the actor's is `lr`
     "weight_decay": 0.01,  # AdamW weight decay (paper 0.01)
     "online_k": 1,  # updates per rollout batch: 1 is fully fresh (paper's Online-k)
+    # Updates whose loss or gradient norm is not finite are skipped (and counted);
+    # this many skipped in a row stop the run with an error.
+    "max_nonfinite_updates": 3,
     # --- evaluation ----------------------------------------------------------------
     "eval_num_states": 256,  # fixed initial states for evaluation (paper 256)
     "eval_seed": 0,  # first seed of the evaluation states (training seeds are drawn >= 2**20)
@@ -191,16 +202,12 @@ class StarPOConfig(AlgorithmConfig):
 
     def check(self) -> None:
         """Raise ValueError (or FileNotFoundError for a model path) on any bad value."""
-        import gymnasium as gym
-
-        import ragen_envs  # noqa: F401  (registers the env ids)
+        from .env_loading import check_env
 
         def bad(key: str, allowed: str) -> ValueError:
             return ValueError(f"config {key}={getattr(self, key)!r} is invalid: {allowed}")
 
-        if not isinstance(self.env, str) or self.env not in gym.registry:
-            ids = ", ".join(ragen_envs.ENV_IDS)
-            raise ValueError(f"config env={self.env!r} is not a registered env id; known: {ids}")
+        check_env(self)
         if not isinstance(self.env_config, dict):
             raise bad("env_config", "must be a mapping of env constructor kwargs")
         for key in _POSITIVE_INTS:

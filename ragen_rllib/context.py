@@ -26,22 +26,26 @@ FORMAT_HINT = (
 _PROBE_USER, _PROBE_ASSISTANT = "PROBE_USER_TEXT", "PROBE_ASSISTANT_TEXT"
 
 
-def render_turn(turn: int, observation: str, actions_left: int, reward: float | None) -> str:
-    """The user text of one turn; ``reward`` is the previous turn's (None on turn 1)."""
+def render_turn(turn: int, observation: str, actions_left: int | None, reward: float | None) -> str:
+    """The user text of one turn; ``reward`` is the previous turn's (None on turn 1).
+
+    ``actions_left`` is None for an env that does not report its action budget:
+    the line is then left out.
+    """
     head = "" if reward is None else f"Reward: {reward:.2f}\n"
-    return (
-        f"{head}Turn {turn}:\nState:\n{observation}\n"
-        f"You have {actions_left} actions left. {FORMAT_HINT}"
-    )
+    budget = "" if actions_left is None else f"You have {actions_left} actions left. "
+    return f"{head}Turn {turn}:\nState:\n{observation}\n{budget}{FORMAT_HINT}"
 
 
-def first_user_text(env: Any, observation: str, actions_left: int) -> str:
-    """The first user message: the env's instructions, then turn 1.
+def first_user_text(env: Any, observation: str, actions_left: int | None) -> str:
+    """The first user message: the env's instructions (when it has any), then turn 1.
 
     The env runner's rollouts and the built-in model's warm start both render
     it here, so the two cannot drift apart. ``env`` is the unwrapped text env.
     """
-    return env.instructions() + "\n\n" + render_turn(1, observation, actions_left, None)
+    method = getattr(env, "instructions", None)
+    turn = render_turn(1, observation, actions_left, None)
+    return str(method()) + "\n\n" + turn if callable(method) else turn
 
 
 class ChatFormat:
