@@ -3,8 +3,9 @@
 Two stages, each an RLlib ConnectorV2 pipeline:
 
 * the **sample-batch stage** (driver side, in ``StarPO.training_step``), which
-  sees the whole rollout batch and only needs rewards: StarPO-S uncertainty
-  filtering (:class:`RewardStdFilter`) and GRPO's within-group normalisation
+  sees the whole rollout batch and only needs rewards: dropping the groups
+  of trajectories whose env failed (:class:`DropEnvErrorGroups`), StarPO-S
+  uncertainty filtering (:class:`RewardStdFilter`) and GRPO's within-group normalisation
   (:class:`GroupNormalizedScores`). Running it before the batch is split
   across learners keeps every group whole.
 * the **learner stage** (inside each Learner): :class:`TrajectoriesToBatch`
@@ -26,6 +27,41 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from .context import Trajectory
 from .core import advantages as adv
 from .core.filters import select_groups_by_reward_std
+
+
+class EnvErrorBudgetExceeded(RuntimeError):
+    """More of a batch failed in the env than ``max_env_error_share`` allows."""
+
+
+class DropEnvErrorGroups(ConnectorV2):
+    """Drops every group that holds a trajectory whose env raised in reset() or step().
+
+    A failed trajectory has no true return, and any stand-in value would bias its
+    group's baseline, so the whole group leaves the update. When more than
+    ``max_share`` of the batch failed, the run stops with an error instead.
+    """
+
+    def __init__(self, max_share: float, **kwargs):
+        super().__init__(**kwargs)
+        self.max_share = max_share
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], metrics=None, **kwargs):
+        failed = [t for t in episodes if t.end_reason == "env_error"]
+        bad_groups = {t.group for t in failed}
+        if metrics is not None:
+            metrics.log_value(("rollout", "env_error_groups_dropped"), len(bad_groups), window=1)
+        if not failed:
+            return batch
+        share = len(failed) / len(episodes)
+        if share > self.max_share:
+            first = failed[0]
+            raise EnvErrorBudgetExceeded(
+                f"{len(failed)} of {len(episodes)} trajectories ({share:.0%}) hit an exception "
+                f"in the env, more than max_env_error_share={self.max_share}. First: env "
+                f"{first.env_id!r}, seed {first.seed}: {first.error}"
+            )
+        episodes[:] = [t for t in episodes if t.group not in bad_groups]
+        return batch
 
 
 class RewardStdFilter(ConnectorV2):
@@ -70,7 +106,10 @@ class GroupNormalizedScores(ConnectorV2):
 
 
 def build_sample_pipeline(config) -> ConnectorPipelineV2:
-    pieces: list[ConnectorV2] = [RewardStdFilter(config.filter_keep_ratio, config.filter_mode)]
+    pieces: list[ConnectorV2] = [
+        DropEnvErrorGroups(config.max_env_error_share),
+        RewardStdFilter(config.filter_keep_ratio, config.filter_mode),
+    ]
     if config.advantage_estimator == "grpo":
         pieces.append(GroupNormalizedScores(config.grpo_norm))
     return ConnectorPipelineV2(connectors=pieces)

@@ -131,8 +131,10 @@ class Trajectory:
     answers: list[str] = field(default_factory=list)
     done: bool = False
     success: bool = False
-    #: why the trajectory ended: "terminated", "truncated", "max_turns", "context_overflow".
+    #: why the trajectory ended: "terminated", "truncated", "max_turns", "context_overflow",
+    #: or "env_error" (the env raised in reset() or step(); ``error`` says what).
     end_reason: str = ""
+    error: str = ""
     weights_version: int = 0
     #: GRPO: the trajectory's reward normalised within its group (set by the sample stage).
     group_advantage: float = 0.0

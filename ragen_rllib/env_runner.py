@@ -25,6 +25,7 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from .context import ChatFormat, Trajectory, first_user_text, render_turn
 from .engine import HFEngine, SamplingParams
+from .env_loading import actions_left_of, import_env_modules, make_env, success_of
 from .metrics import rollout_metrics
 from .rl_module import ACTOR_PREFIX
 
@@ -38,6 +39,14 @@ def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:
     """The RL module's view: observations are token-id sequences, actions are tokens."""
     obs = gym.spaces.Box(0, vocab_size - 1, shape=(max_len,), dtype=np.int64)
     return obs, gym.spaces.Discrete(vocab_size)
+
+
+def _check_observation(obs: Any) -> None:
+    if not isinstance(obs, str):
+        raise TypeError(
+            f"the env returned an observation of type {type(obs).__name__}; a text env's "
+            "reset() and step() must return str observations"
+        )
 
 
 def rollout_device(choice: str) -> str:
@@ -59,9 +68,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         super().__init__(config=config, **kwargs)
         from transformers import AutoTokenizer
 
-        import ragen_envs  # noqa: F401  (registers the env ids)
-
         from .builtin_model import resolve_model
+
+        import_env_modules(config)  # this process may be a fresh Ray worker
 
         self._model_path = resolve_model(config.llm)
         self.tokenizer = AutoTokenizer.from_pretrained(self._model_path)
@@ -85,7 +94,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             raise RuntimeError("LLMEnvRunner has no rollout engine")
 
     def get_spaces(self) -> dict[str, tuple[gym.Space, gym.Space]]:
-        env = gym.make(self.config.env, **self.config.env_config)
+        env = make_env(self.config)
         module_spaces = token_spaces(len(self.tokenizer), self.config.max_context_tokens)
         return {
             "__env__": (env.observation_space, env.action_space),
@@ -95,15 +104,21 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def sample(self, **kwargs) -> list[Trajectory]:
         """One training batch: env_groups x group_size trajectories from fresh seeds."""
         cfg = self.config
-        rng = np.random.default_rng([self._base_seed, self._num_sample_calls])
+        group_seeds, rng = self.training_group_seeds(self._num_sample_calls)
         self._num_sample_calls += 1
-        group_seeds = rng.integers(TRAIN_SEED_OFFSET, 2**31 - 1, size=cfg.env_groups)
-        seeds = [int(s) for s in group_seeds for _ in range(cfg.group_size)]
+        seeds = [s for s in group_seeds for _ in range(cfg.group_size)]
         groups = [g for g in range(cfg.env_groups) for _ in range(cfg.group_size)]
         params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
         trajs = self.run_episodes(seeds, groups, params, sample_seed=int(rng.integers(2**31)))
         self.num_env_steps_sampled_lifetime += sum(len(t) for t in trajs)
         return trajs
+
+    def training_group_seeds(self, call: int) -> tuple[list[int], np.random.Generator]:
+        """The initial-state seeds of the ``call``-th ``sample()`` (one per group), and
+        the generator that goes on to draw that call's sampling seed."""
+        rng = np.random.default_rng([self._base_seed, call])
+        seeds = rng.integers(TRAIN_SEED_OFFSET, 2**31 - 1, size=self.config.env_groups)
+        return [int(s) for s in seeds], rng
 
     def evaluate(
         self, num_states: int, first_seed: int, temperature: float
@@ -111,7 +126,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         """One trajectory on each of ``num_states`` fixed initial states."""
         seeds = [first_seed + i for i in range(num_states)]
         params = SamplingParams(temperature, self.config.top_p, self.config.max_new_tokens)
-        trajs = self.run_episodes(seeds, list(range(num_states)), params, sample_seed=first_seed)
+        trajs = self.run_episodes(
+            seeds, list(range(num_states)), params, sample_seed=first_seed, log_metrics=False
+        )
         return rollout_metrics(trajs), trajs
 
     def get_metrics(self) -> dict[str, Any]:
@@ -148,22 +165,42 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     # ----- rollout ------------------------------------------------------------------
     def _env_pool(self, n: int) -> list[gym.Env]:
         while len(self._envs) < n:
-            self._envs.append(gym.make(self.config.env, **self.config.env_config))
+            self._envs.append(make_env(self.config))
         return self._envs[:n]
 
     def run_episodes(
-        self, seeds: list[int], groups: list[int], params: SamplingParams, sample_seed: int
+        self,
+        seeds: list[int],
+        groups: list[int],
+        params: SamplingParams,
+        sample_seed: int,
+        log_metrics: bool = True,
     ) -> list[Trajectory]:
+        """Play one trajectory per seed, all turns batched through the engine.
+
+        An exception in an env's ``reset()`` or ``step()`` (or an observation that
+        is not text) ends that trajectory with ``end_reason="env_error"`` and the
+        error text; the batch goes on. The algorithm drops the failed
+        trajectories' groups before the update (see
+        :class:`~ragen_rllib.connectors.DropEnvErrorGroups`).
+        """
         cfg = self.config
         start = time.perf_counter()
         envs = self._env_pool(len(seeds))
         trajs: list[Trajectory] = []
-        for env, seed, group in zip(envs, seeds, groups, strict=True):
-            obs, info = env.reset(seed=seed)
+        active = []
+        for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
             traj = Trajectory(
                 env_id=cfg.env, seed=seed, group=group, weights_version=self.engine.weights_version
             )
-            first = first_user_text(env.unwrapped, obs, info["actions_left"])
+            trajs.append(traj)
+            try:
+                obs, info = env.reset(seed=seed)
+                _check_observation(obs)
+            except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
+                self._env_error(traj, "reset", err)
+                continue
+            first = first_user_text(env.unwrapped, obs, actions_left_of(info))
             traj.append_context(self.chat.prompt_ids(first))
             if len(traj.input_ids) + params.max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(
@@ -171,9 +208,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                     f"max_new_tokens={params.max_new_tokens} it exceeds "
                     f"max_context_tokens={cfg.max_context_tokens}. Raise max_context_tokens."
                 )
-            trajs.append(traj)
+            active.append(i)
 
-        active = list(range(len(trajs)))
         generated = 0
         for turn in range(1, cfg.max_turns + 1):
             if not active:
@@ -190,21 +226,20 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 traj.answers.append(text)
                 try:
                     obs, reward, term, trunc, info = env.step(text)
+                    _check_observation(obs)
                 except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
-                    logger.warning("env %s (seed %d) failed in step: %r", cfg.env, traj.seed, err)
-                    traj.turn_rewards.append(0.0)
-                    traj.turn_infos.append({"env_error": repr(err)})
-                    self._finish(traj, gen.ended_with_eos, "env_error")
+                    traj.append_context(self.chat.closing_ids(gen.ended_with_eos))
+                    self._env_error(traj, "step", err)
                     continue
                 traj.turn_rewards.append(float(reward))
                 traj.turn_infos.append(info)
-                traj.success = bool(info.get("success", False))
+                traj.success = success_of(info, float(reward))
                 if term or trunc or turn == cfg.max_turns:
                     reason = "terminated" if term else "truncated" if trunc else "max_turns"
                     self._finish(traj, gen.ended_with_eos, reason)
                     continue
                 nxt = self.chat.continuation_ids(
-                    render_turn(turn + 1, obs, info["actions_left"], reward), gen.ended_with_eos
+                    render_turn(turn + 1, obs, actions_left_of(info), reward), gen.ended_with_eos
                 )
                 if len(traj.input_ids) + len(nxt) + params.max_new_tokens > cfg.max_context_tokens:
                     logger.info("trajectory seed %d ends: context would overflow", traj.seed)
@@ -214,10 +249,28 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 still_active.append(i)
             active = still_active
 
-        elapsed = time.perf_counter() - start
-        self.metrics.log_value("rollout_time_s", elapsed, window=1)
-        self.metrics.log_value("generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1)
+        if log_metrics:
+            elapsed = time.perf_counter() - start
+            self.metrics.log_value("rollout_time_s", elapsed, window=1)
+            self.metrics.log_value("generated_tokens", generated, window=1)
+            self.metrics.log_value(
+                "generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1
+            )
         return trajs
+
+    def _env_error(self, traj: Trajectory, where: str, err: Exception) -> None:
+        logger.warning(
+            "env %s (seed %d) failed in %s(): %s: %s; its group is dropped from the update",
+            traj.env_id,
+            traj.seed,
+            where,
+            type(err).__name__,
+            err,
+        )
+        traj.error = f"{where}(): {type(err).__name__}: {err}"
+        traj.done = True
+        traj.success = False
+        traj.end_reason = "env_error"
 
     def _finish(self, traj: Trajectory, ended_with_eos: bool, reason: str) -> None:
         traj.append_context(self.chat.closing_ids(ended_with_eos))

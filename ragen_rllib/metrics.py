@@ -24,13 +24,20 @@ def group_reward_std(trajs: list[Trajectory]) -> dict[int, float]:
 
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Outcome statistics of a batch. Trajectories that hit an env error count only in
+    ``env_errors`` and ``end/env_error``: they have no outcome to average."""
+    ended = Counter(t.end_reason for t in trajs)
+    env_errors = ended.get("env_error", 0)
+    ends = {f"end/{reason}": n / len(trajs) for reason, n in ended.items()} if trajs else {}
+    trajs = [t for t in trajs if t.end_reason != "env_error"]
     if not trajs:
-        return {"num_trajectories": 0}
+        return {"num_trajectories": 0, "env_errors": env_errors, **ends}
     rewards = np.array([t.total_reward for t in trajs])
     turn_lengths = [e - s for t in trajs for s, e in t.turn_spans]
     infos = [i for t in trajs for i in t.turn_infos]
     out = {
         "num_trajectories": len(trajs),
+        "env_errors": env_errors,
         "success_rate": float(np.mean([t.success for t in trajs])),
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
@@ -43,6 +50,5 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         values = [float(i[key]) for i in infos if key in i]
         if values:
             out[f"env/{key}"] = float(np.mean(values))
-    for reason, n in Counter(t.end_reason for t in trajs).items():
-        out[f"end/{reason}"] = n / len(trajs)
+    out.update(ends)
     return out

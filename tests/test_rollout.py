@@ -124,16 +124,25 @@ def test_context_overflow_ends_the_trajectory_and_keeps_it():
         small.sample()
 
 
-def test_env_error_is_logged_and_the_trajectory_kept(runner, monkeypatch):
+def test_env_errors_end_their_trajectory_and_are_logged(runner, monkeypatch, caplog):
     envs = runner._env_pool(6)
 
-    def broken(text):
+    def broken_step(text):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(envs[0], "step", broken)
-    trajs = runner.sample()
-    assert trajs[0].end_reason == "env_error" and "boom" in trajs[0].turn_infos[-1]["env_error"]
-    assert all(t.end_reason != "env_error" for t in trajs[1:])
+    def broken_reset(**kwargs):
+        raise KeyError("no map")
+
+    monkeypatch.setattr(envs[0], "step", broken_step)
+    monkeypatch.setattr(envs[4], "reset", broken_reset)
+    with caplog.at_level("WARNING", logger="ragen_rllib.env_runner"):
+        trajs = runner.sample()
+    assert [t.end_reason == "env_error" for t in trajs] == [1, 0, 0, 0, 1, 0]
+    assert trajs[0].error == "step(): RuntimeError: boom" and trajs[0].num_turns == 0
+    assert trajs[4].error == "reset(): KeyError: 'no map'" and trajs[4].input_ids == []
+    logged = caplog.text
+    for t in (trajs[0], trajs[4]):
+        assert f"env ragen/FrozenLakeNoSlip-v0 (seed {t.seed}) failed" in logged
 
 
 def test_observation_tokens_carry_no_loss_or_gradient(runner):

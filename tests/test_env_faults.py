@@ -1,0 +1,139 @@
+"""Environment faults: an env that raises loses its group for the update, is logged and
+counted; more than `max_env_error_share` of a batch failing stops the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+from ragen_rllib.config import StarPOConfig
+from ragen_rllib.connectors import EnvErrorBudgetExceeded, build_sample_pipeline
+from ragen_rllib.env_runner import LLMEnvRunner
+from ragen_rllib.metrics import rollout_metrics
+
+USER_ENVS = Path(__file__).resolve().parent / "user_envs"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def user_envs_importable():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(USER_ENVS))
+        yield
+
+
+def flaky_config(**overrides) -> StarPOConfig:
+    base = {
+        "env": "FlakySayTheWord-v0",
+        "env_module": "my_text_envs",
+        "llm": "builtin-raw",
+        "env_groups": 3,
+        "group_size": 2,
+        "max_turns": 1,
+        "max_new_tokens": 8,
+        "minibatch_size": 2,
+        "filter_keep_ratio": 1.0,
+        "advantage_estimator": "grpo",
+    }
+    return StarPOConfig.from_user_dict({**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def group_seeds():
+    """The initial-state seeds of the first sample() call, one per group."""
+    seeds, _ = LLMEnvRunner(config=flaky_config(), worker_index=0).training_group_seeds(0)
+    return seeds
+
+
+def failing_batch(seeds, **overrides):
+    """Group 0 fails in step(), group 2 in reset(); group 1 is healthy."""
+    env_config = {"fail_step_seeds": [seeds[0]], "fail_reset_seeds": [seeds[2]]}
+    cfg = flaky_config(env_config=env_config, **overrides)
+    return cfg, LLMEnvRunner(config=cfg, worker_index=0).sample()
+
+
+def test_failed_groups_are_dropped_and_counted(group_seeds):
+    cfg, trajs = failing_batch(group_seeds, max_env_error_share=0.7)
+    assert [t.end_reason == "env_error" for t in trajs] == [True, True, False, False, True, True]
+    assert trajs[0].error == f"step(): ValueError: step failed for seed {group_seeds[0]}"
+    assert trajs[5].error == f"reset(): RuntimeError: reset failed for seed {group_seeds[2]}"
+    stats = rollout_metrics(trajs)
+    assert stats["env_errors"] == 4 and stats["num_trajectories"] == 2
+    assert stats["end/env_error"] == pytest.approx(4 / 6)
+
+    metrics = MetricsLogger()
+    build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs, metrics=metrics)
+    assert [t.group for t in trajs] == [1, 1]  # only the healthy group is trained on
+    assert metrics.peek(("rollout", "env_error_groups_dropped")) == 2
+
+
+def test_too_many_env_errors_stop_the_run_with_a_clear_error(group_seeds):
+    cfg, trajs = failing_batch(group_seeds, max_env_error_share=0.5)
+    with pytest.raises(EnvErrorBudgetExceeded) as err:
+        build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=list(trajs))
+    message = str(err.value)
+    assert "4 of 6 trajectories (67%)" in message and "max_env_error_share=0.5" in message
+    assert f"'FlakySayTheWord-v0', seed {group_seeds[0]}: step(): ValueError" in message
+    # A budget above the failed share lets the batch through, minus the failed groups.
+    cfg, trajs = failing_batch(group_seeds, max_env_error_share=0.7)
+    build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs)
+    assert len(trajs) == 2
+
+
+@pytest.mark.slow
+def test_training_goes_on_past_env_errors_and_counts_them(group_seeds, tmp_path):
+    """Through the algorithm (Ray, the learner): iteration 1 loses groups 0 and 2 and
+    still updates; the lifetime counter sums the errors; a tight budget stops the run."""
+    script = f"""
+import json, ray
+from ragen_rllib.config import StarPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+base = {{
+    "env": "FlakySayTheWord-v0", "env_module": "my_text_envs", "llm": "builtin-raw",
+    "env_groups": 3, "group_size": 2, "max_turns": 1, "max_new_tokens": 8,
+    "minibatch_size": 2, "filter_keep_ratio": 1.0, "advantage_estimator": "grpo",
+    "max_env_error_share": 0.7,
+    "env_config": {{"fail_step_seeds": [{group_seeds[0]}], "fail_reset_seeds": [{group_seeds[2]}]}},
+}}
+algo = StarPOConfig.from_user_dict(base).build_algo()
+rows = []
+for _ in range(2):
+    r = algo.train()
+    rows.append({{
+        "env_errors": r["rollout"]["env_errors"],
+        "dropped": r["rollout"]["env_error_groups_dropped"],
+        "trained": r["learners"]["default_policy"]["num_module_steps_trained"],
+        "lifetime_errors": r["counters"]["num_env_errors_lifetime"],
+    }})
+algo.stop()
+algo = StarPOConfig.from_user_dict({{**base, "max_env_error_share": 0.25}}).build_algo()
+try:
+    algo.train()
+    error = None
+except Exception as err:
+    error = str(err)
+print(json.dumps({{"rows": rows, "error": error}}, default=float))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={**_env(tmp_path), "PYTHONPATH": str(USER_ENVS)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, second = out["rows"]
+    assert first == {"env_errors": 4, "dropped": 2, "trained": 2, "lifetime_errors": 4}
+    assert second["lifetime_errors"] == 4 + second["env_errors"]
+    assert "max_env_error_share=0.25" in out["error"] and "FlakySayTheWord-v0" in out["error"]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
