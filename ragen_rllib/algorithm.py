@@ -13,16 +13,20 @@ One ``training_step``:
    stamped with the learner's weights sequence number.
 
 Metrics land in ``self.metrics`` (Tune results, TensorBoard) under
-``rollout/``, ``filter/``, ``learners/`` and ``evaluation/``.
+``rollout/``, ``filter/``, ``learners/``, ``env_runners/`` (rollout time,
+generated tokens/s), ``counters/`` (lifetime totals, kept in checkpoints) and
+``evaluation/``.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
     ENV_RUNNER_SAMPLING_TIMER,
     LEARNER_RESULTS,
     LEARNER_UPDATE_TIMER,
@@ -34,7 +38,12 @@ from ray.rllib.utils.metrics import (
 from .config import StarPOConfig
 from .connectors import build_sample_pipeline
 from .context import Trajectory
+from .env_loading import import_env_modules
 from .metrics import rollout_metrics
+
+logger = logging.getLogger(__name__)
+
+LIFETIME_COUNTERS = ("num_trajectories", "num_turns", "num_generated_tokens", "num_env_errors")
 
 
 class RolloutReuseBuffer:
@@ -76,9 +85,11 @@ class StarPO(Algorithm):
         return StarPOConfig(cls)
 
     def setup(self, config) -> None:
+        import_env_modules(config)  # a Tune trial runs in its own process
         super().setup(config)
         self._reuse = RolloutReuseBuffer(self.config.online_k)
         self._sample_stage = build_sample_pipeline(self.config)
+        self._lifetime = dict.fromkeys(LIFETIME_COUNTERS, 0)
 
     # ----- the iteration ----------------------------------------------------------
     def training_step(self) -> None:
@@ -86,13 +97,15 @@ class StarPO(Algorithm):
             with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
                 trajs = self._sample()
             self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
-            self.metrics.log_value(
-                NUM_ENV_STEPS_SAMPLED_LIFETIME, sum(len(t) for t in trajs), reduce="sum"
-            )
+            self._count(trajs)
             self._sample_stage(rl_module=None, batch={}, episodes=trajs, metrics=self.metrics)
             self._reuse.put(trajs)
         batch = self._reuse.take()
         self.metrics.log_value("rollout/batch_uses", self._reuse.uses, window=1)
+        if not batch:  # every group dropped (env errors) or filtered out
+            logger.warning("iteration %d: no trajectory left to train on", self.iteration + 1)
+            self.metrics.log_value(("rollout", "empty_batches"), 1, reduce="sum")
+            return
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
@@ -114,13 +127,39 @@ class StarPO(Algorithm):
         if every and (self.training_iteration + 1) % every == 0:
             self.metrics.log_dict(self.evaluate_success(), key="evaluation", window=1)
 
+    def _count(self, trajs: list[Trajectory]) -> None:
+        """Lifetime counters: kept in the algorithm's state, so they survive a restore."""
+        counts = {
+            "num_trajectories": len(trajs),
+            "num_turns": sum(t.num_turns for t in trajs),
+            "num_generated_tokens": sum(t.response_tokens for t in trajs),
+            "num_env_errors": sum(t.end_reason == "env_error" for t in trajs),
+        }
+        for key, value in counts.items():
+            self._lifetime[key] += value
+        self.metrics.log_dict(
+            {f"{key}_lifetime": value for key, value in self._lifetime.items()},
+            key="counters",
+            window=1,
+        )
+        # A turn is one env step.
+        self.metrics.log_value(
+            NUM_ENV_STEPS_SAMPLED_LIFETIME, self._lifetime["num_turns"], window=1
+        )
+
     def _sample(self) -> list[Trajectory]:
         if self.env_runner is not None:
-            return self.env_runner.sample()
+            trajs = self.env_runner.sample()
+            self.metrics.aggregate([self.env_runner.get_metrics()], key=ENV_RUNNER_RESULTS)
+            return trajs
         # Remote runners: each plays its own seeds; renumber groups so they stay distinct.
         per_runner = self.env_runner_group.foreach_env_runner(
             lambda runner: runner.sample(), local_env_runner=False
         )
+        runner_metrics = self.env_runner_group.foreach_env_runner(
+            lambda runner: runner.get_metrics(), local_env_runner=False
+        )
+        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
         trajs: list[Trajectory] = []
         for index, runner_trajs in enumerate(per_runner):
             for t in runner_trajs:
@@ -154,9 +193,12 @@ class StarPO(Algorithm):
     def get_state(self, *args, **kwargs) -> dict[str, Any]:
         state = super().get_state(*args, **kwargs)
         state["rollout_reuse_buffer"] = self._reuse.get_state()
+        state["lifetime_counters"] = dict(self._lifetime)
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         if "rollout_reuse_buffer" in state:
             self._reuse.set_state(state["rollout_reuse_buffer"])
+        if "lifetime_counters" in state:
+            self._lifetime.update(state["lifetime_counters"])

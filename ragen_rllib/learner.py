@@ -12,18 +12,71 @@ optimizer by global norm.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import numpy as np
 import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from .core.advantages import masked_mean
 from .core.losses import kl_penalty, policy_loss, token_logprobs_and_entropy, value_loss
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteUpdateError(RuntimeError):
+    """Too many updates in a row had a non-finite loss or gradient norm."""
+
+
+class TrajectoryMinibatches:
+    """``num_epochs`` passes over a batch of trajectories (rows) in minibatches.
+
+    Unlike RLlib's cyclic iterator, a batch that ``minibatch_size`` does not
+    divide ends each epoch with one smaller minibatch: no trajectory is used
+    twice in an epoch. Shuffling (``shuffle=True``) draws from a generator
+    seeded by ``seed``, so a run restored from a checkpoint repeats it exactly.
+    """
+
+    def __init__(
+        self,
+        batch: MultiAgentBatch,
+        *,
+        minibatch_size: int | None,
+        num_epochs: int,
+        shuffle: bool,
+        seed: int,
+    ):
+        self.batch = batch
+        self.num_epochs = num_epochs
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rows = {mid: len(b) for mid, b in batch.policy_batches.items()}
+        self.minibatch_size = minibatch_size or max(self.rows.values(), default=1)
+
+    def __iter__(self):
+        rng = np.random.default_rng(self.seed)
+        for _ in range(self.num_epochs):
+            orders = {
+                mid: rng.permutation(n) if self.shuffle else np.arange(n)
+                for mid, n in self.rows.items()
+            }
+            longest = max(self.rows.values(), default=0)
+            for start in range(0, longest, self.minibatch_size):
+                parts = {}
+                for mid, module_batch in self.batch.policy_batches.items():
+                    rows = orders[mid][start : start + self.minibatch_size]
+                    if len(rows):
+                        index = torch.as_tensor(rows)
+                        parts[mid] = SampleBatch({k: v[index] for k, v in module_batch.items()})
+                yield MultiAgentBatch(parts, env_steps=max(len(p) for p in parts.values()))
 
 
 class StarPOTorchLearner(TorchLearner):
     def build(self) -> None:
         super().build()
+        self._nonfinite_in_a_row = 0
         self._reference = None
         if self.config.kl_coeff > 0:
             from transformers import AutoModelForCausalLM
@@ -33,6 +86,59 @@ class StarPOTorchLearner(TorchLearner):
                 cfg["model_path"], dtype=getattr(torch, cfg["dtype"])
             ).to(self._device)
             self._reference.eval().requires_grad_(False)
+
+    def _create_iterator_if_necessary(
+        self,
+        *,
+        training_data,
+        num_total_minibatches: int = 0,
+        num_epochs: int = 1,
+        minibatch_size: int | None = None,
+        shuffle_batch_per_epoch: bool = False,
+        **kwargs,
+    ):
+        batch = self._make_batch_if_necessary(training_data=training_data)
+        return TrajectoryMinibatches(
+            batch,
+            minibatch_size=minibatch_size,
+            num_epochs=num_epochs,
+            shuffle=shuffle_batch_per_epoch,
+            # A new seed per update, reproducible from the checkpointed counter.
+            seed=int(self.config.seed or 0) * 1_000_003 + self._weights_seq_no,
+        )
+
+    # ----- numerical faults -----------------------------------------------------------
+    def compute_gradients(self, loss_per_module, **kwargs):
+        self._loss_finite = all(bool(torch.isfinite(v).all()) for v in loss_per_module.values())
+        return super().compute_gradients(loss_per_module, **kwargs)
+
+    def apply_gradients(self, gradients_dict) -> None:
+        """Skip the optimizer step when the loss or the gradient norm is not finite."""
+        grads = [g for g in gradients_dict.values() if g is not None]
+        norm = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]).sum()
+        finite = self._loss_finite and bool(torch.isfinite(norm))
+        for module_id in self.module.keys():
+            self.metrics.log_value((module_id, "skipped_nonfinite"), int(not finite), reduce="sum")
+        if finite:
+            self._nonfinite_in_a_row = 0
+            super().apply_gradients(gradients_dict)
+            return
+        self._nonfinite_in_a_row += 1
+        limit = self.config.max_nonfinite_updates
+        logger.warning(
+            "skipped an update: loss finite=%s, gradient norm %s (%d in a row, limit %d)",
+            self._loss_finite,
+            float(norm),
+            self._nonfinite_in_a_row,
+            limit,
+        )
+        if self._nonfinite_in_a_row >= limit:
+            raise NonFiniteUpdateError(
+                f"{self._nonfinite_in_a_row} updates in a row had a non-finite loss or "
+                f"gradient norm (max_nonfinite_updates={limit}); training stops. The newest "
+                "checkpoint predates them. Lower lr, check the rewards for inf/NaN, or use "
+                "float32 (model_dtype)."
+            )
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         module = self._module[module_id]
