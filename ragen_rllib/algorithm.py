@@ -21,8 +21,11 @@ generated tokens/s), ``counters/`` (lifetime totals, kept in checkpoints) and
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
 
+import numpy as np
+import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
@@ -35,6 +38,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from .checkpoint import verify_checkpoint, write_manifest
 from .config import StarPOConfig
 from .connectors import build_sample_pipeline
 from .context import Trajectory
@@ -194,6 +198,13 @@ class StarPO(Algorithm):
         state = super().get_state(*args, **kwargs)
         state["rollout_reuse_buffer"] = self._reuse.get_state()
         state["lifetime_counters"] = dict(self._lifetime)
+        # Sampling and minibatch order draw from explicitly seeded generators; the
+        # global ones are saved too, for anything (a user's env, say) that uses them.
+        state["rng_states"] = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+        }
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -202,3 +213,22 @@ class StarPO(Algorithm):
             self._reuse.set_state(state["rollout_reuse_buffer"])
         if "lifetime_counters" in state:
             self._lifetime.update(state["lifetime_counters"])
+        if "rng_states" in state:
+            random.setstate(state["rng_states"]["python"])
+            np.random.set_state(state["rng_states"]["numpy"])
+            torch.set_rng_state(state["rng_states"]["torch"])
+
+    def save_to_path(self, *args, **kwargs) -> str:
+        path = super().save_to_path(*args, **kwargs)
+        write_manifest(path)  # sizes and hashes, checked before any restore
+        return path
+
+    def restore_from_path(self, path, *args, **kwargs) -> None:
+        if kwargs.get("component") is None:
+            verify_checkpoint(path)
+        super().restore_from_path(path, *args, **kwargs)
+
+    @classmethod
+    def from_checkpoint(cls, path, *args, **kwargs):
+        verify_checkpoint(path)  # before RLlib unpickles anything
+        return super().from_checkpoint(path, *args, **kwargs)
