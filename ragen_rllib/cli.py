@@ -8,7 +8,7 @@ classic experiment YAML format::
       env: ragen/SimpleSokoban-v0
       stop: {training_iteration: 200}
       checkpoint_config: {checkpoint_frequency: 10, checkpoint_at_end: true}
-      config: {model: builtin, env_groups: 8, group_size: 16, ...}
+      config: {llm: builtin, env_groups: 8, group_size: 16, ...}
 
 A config value may be a sweep, ``lr: {grid_search: [1.0e-4, 3.0e-4]}``: Tune then
 runs one trial per point of the grid. Every experiment's config (every grid
@@ -50,6 +50,54 @@ def _json_arg(text: str | None, flag: str) -> dict[str, Any]:
     return value
 
 
+def check_stop(stop: Any, where: str) -> dict[str, Any]:
+    """A Tune stop criterion: a mapping of result name -> finite number (null: none).
+    `where` names it in errors ("exp.yaml: experiment 'x' stop", "--stop")."""
+    from .config import is_number
+
+    if stop is None:
+        return {}
+    allowed = (
+        "allowed: a mapping of result name -> finite number, e.g. "
+        "{training_iteration: 100} (nested results as 'a/b')"
+    )
+    if not isinstance(stop, dict):
+        raise UsageError(f"{where}={stop!r} is invalid; {allowed}")
+    for key, value in stop.items():
+        if not isinstance(key, str) or not key.strip():
+            raise UsageError(f"{where} has the key {key!r}; {allowed}")
+        if not is_number(value):
+            raise UsageError(f"{where} {key}={value!r} is invalid; {allowed}")
+    return stop
+
+
+def _check_checkpoint_config(ckpt: Any, where: str) -> None:
+    from .config import is_int
+
+    allowed = (
+        "allowed: a mapping with checkpoint_frequency (integer >= 0, 0: none), "
+        "checkpoint_at_end (true/false), num_to_keep (integer >= 1 or null)"
+    )
+    if ckpt is None:
+        return
+    if not isinstance(ckpt, dict):
+        raise UsageError(f"{where} checkpoint_config={ckpt!r} is invalid; {allowed}")
+    unknown = [k for k in ckpt if k not in CHECKPOINT_KEYS]
+    if unknown:
+        raise UsageError(
+            f"{where} checkpoint_config has unknown key(s) {sorted(map(str, unknown))}; "
+            f"keys must be among {sorted(CHECKPOINT_KEYS)}"
+        )
+    tests = {
+        "checkpoint_frequency": lambda v: is_int(v) and v >= 0,
+        "checkpoint_at_end": lambda v: isinstance(v, bool),
+        "num_to_keep": lambda v: v is None or (is_int(v) and v >= 1),
+    }
+    for key, value in ckpt.items():
+        if not tests[key](value):
+            raise UsageError(f"{where} checkpoint_config {key}={value!r} is invalid; {allowed}")
+
+
 def load_experiments(path: str) -> dict[str, dict[str, Any]]:
     """Read and shape-check an experiment YAML file."""
     import yaml
@@ -61,29 +109,69 @@ def load_experiments(path: str) -> dict[str, dict[str, Any]]:
         data = yaml.safe_load(file.read_text())
     except yaml.YAMLError as err:
         raise UsageError(f"{path} is not valid YAML: {err}") from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path} cannot be read as a text file: {err}") from err
     if not isinstance(data, dict) or not data:
-        raise UsageError(f"{path} must map experiment names to experiments")
+        raise UsageError(
+            f"{path} must map experiment names to experiments (name: {{run: StarPO, env: "
+            f"..., config: {{...}}}}), got {type(data).__name__}"
+        )
     for name, exp in data.items():
+        if not isinstance(name, str) or not name.strip() or "/" in name or "\\" in name:
+            raise UsageError(
+                f"{path}: experiment name {name!r} is invalid; allowed: a non-empty string "
+                "without '/' or '\\' (Tune's results folder is named after it)"
+            )
+        where = f"{path}: experiment {name!r}"
         if not isinstance(exp, dict):
-            raise UsageError(f"{path}: experiment {name!r} must be a mapping")
-        unknown = set(exp) - EXPERIMENT_KEYS
+            raise UsageError(
+                f"{where} must be a mapping with keys among {sorted(EXPERIMENT_KEYS)}, got {exp!r}"
+            )
+        unknown = [k for k in exp if k not in EXPERIMENT_KEYS]
         if unknown:
             raise UsageError(
-                f"{path}: experiment {name!r} has unknown key(s) {sorted(unknown)}; "
+                f"{where} has unknown key(s) {sorted(map(str, unknown))}; "
                 f"allowed: {sorted(EXPERIMENT_KEYS)}"
             )
-        if exp.get("run") not in RUNS:
-            raise UsageError(f"{path}: experiment {name!r} run={exp.get('run')!r}; allowed: {RUNS}")
-        ckpt = exp.get("checkpoint_config", {}) or {}
-        if not isinstance(ckpt, dict) or set(ckpt) - CHECKPOINT_KEYS:
+        if exp.get("run") not in RUNS or not isinstance(exp.get("run"), str):
+            raise UsageError(f"{where} run={exp.get('run')!r}; allowed: {RUNS}")
+        check_stop(exp.get("stop"), f"{where} stop")
+        _check_checkpoint_config(exp.get("checkpoint_config"), where)
+        config = exp.get("config")
+        if config is not None and not isinstance(config, dict):
             raise UsageError(
-                f"{path}: experiment {name!r} checkpoint_config keys must be among "
-                f"{sorted(CHECKPOINT_KEYS)}, got {ckpt!r}"
+                f"{where} config={config!r} is invalid; allowed: a mapping of config "
+                "key -> value (or null for the defaults)"
+            )
+        storage = exp.get("storage_path")
+        if storage is not None and (not isinstance(storage, str) or not storage.strip()):
+            raise UsageError(
+                f"{where} storage_path={storage!r} is invalid; allowed: a directory path "
+                "(a string), or null for ~/ray_results"
             )
     return data
 
 
 MAX_GRID_POINTS = 256
+
+
+def _find_search_spec(value: Any) -> str | None:
+    """'grid_search' or 'eval' if Tune would resolve a dict inside `value`."""
+    if isinstance(value, dict):
+        if "grid_search" in value:
+            return "grid_search"
+        if len(value) == 1 and "eval" in value:
+            return "eval"
+        items = list(value.values())
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        found = _find_search_spec(item)
+        if found:
+            return found
+    return None
 
 
 def split_grid_search(user: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -97,40 +185,80 @@ def split_grid_search(user: dict[str, Any]) -> tuple[dict[str, Any], dict[str, l
                     f"config {key}: a sweep is {{grid_search: [value, ...]}} with at least "
                     f"one value, got {value!r}"
                 )
+            nested = [v for v in values if _find_search_spec(v)]
+            if nested:
+                raise UsageError(
+                    f"config {key}: a grid_search value must be a plain value, got {nested[0]!r}"
+                )
             grid[key] = values
         else:
+            spec = _find_search_spec(value)
+            if spec:
+                raise UsageError(
+                    f"config {key}={value!r} is invalid: a sweep is a config key's whole value, "
+                    f"{key}: {{grid_search: [value, ...]}}; {{{spec}: ...}} nested inside a "
+                    "value is not supported"
+                )
             base[key] = value
     return base, grid
 
 
-def build_config(exp: dict[str, Any], overrides: dict[str, Any]):
+def build_config(exp: dict[str, Any], overrides: dict[str, Any], name: str | None = None):
     """(checked StarPOConfig, grid) for one experiment.
 
     Every point of a ``grid_search`` sweep is built and checked here, so a bad
     value anywhere in the grid fails before Ray starts; the returned config
-    holds the grid's first point.
+    holds the grid's first point. With `name` (and no RAY_ADDRESS), every point's
+    GPU demand is also checked against this machine's GPUs.
     """
     from .config import StarPOConfig
 
-    user = dict(exp.get("config") or {})
+    config_section = exp.get("config")
+    if config_section is not None and not isinstance(config_section, dict):
+        raise UsageError(f"experiment config={config_section!r} is invalid; allowed: a mapping")
+    user = dict(config_section or {})
     if "env" in exp:
+        if "env" in user and user["env"] != exp["env"]:
+            raise UsageError(
+                f"env is set twice, env={exp['env']!r} in the experiment and "
+                f"env={user['env']!r} in its config; give one"
+            )
         user["env"] = exp["env"]
     user.update(overrides)
     base, grid = split_grid_search(user)
     points = list(itertools.product(*grid.values()))
     if len(points) > MAX_GRID_POINTS:
-        raise UsageError(f"the grid has {len(points)} points; at most {MAX_GRID_POINTS}")
-    first = None
+        raise UsageError(
+            f"the grid over {sorted(grid)} has {len(points)} points; at most {MAX_GRID_POINTS}"
+        )
+    check_gpus = name is not None and not os.environ.get("RAY_ADDRESS")
+
+    def point_error(err: Exception, values: dict[str, Any]) -> Exception:
+        return type(err)(f"{err} (grid point {values})")
+
+    # First every point's cheap checks, then the models (a build or a hub look-up), so
+    # that a bad value anywhere in the grid is reported before a model problem.
+    configs = []
     for point in points:
         values = dict(zip(grid, point, strict=True))
-        config = StarPOConfig.from_user_dict({**base, **values})
         try:
-            config.check()
-        except ValueError as err:
-            raise ValueError(f"{err} (grid point {values})" if grid else str(err)) from err
-        if first is None:
-            first = config
-    return first, grid
+            config = StarPOConfig.from_user_dict({**base, **values})
+            config.check_values()
+            if check_gpus:
+                check_local_gpus(name, config)
+        except (ValueError, UsageError) as err:
+            if not grid:
+                raise
+            raise point_error(err, values) from err
+        configs.append((config, values))
+    for config, values in configs:
+        try:
+            config.check_model()
+        except (ValueError, FileNotFoundError) as err:
+            if not grid:
+                raise
+            raise point_error(err, values) from err
+    return configs[0][0], grid
 
 
 def param_space(config, grid: dict[str, list[Any]]) -> Any:
@@ -192,17 +320,57 @@ def _print_progress():
     return Progress()
 
 
+def check_resumable(path: str, name: str) -> None:
+    """Fail before Ray starts when there is nothing to resume or a checkpoint is damaged."""
+    from ray import tune
+
+    from .checkpoint import CorruptCheckpointError, verify_checkpoint
+
+    if not tune.Tuner.can_restore(path):
+        raise UsageError(
+            f"--resume: no experiment {name!r} to resume under {path}; check --storage-path, "
+            "or run without --resume to start it"
+        )
+    for trial in sorted(Path(path).glob("*/")):
+        checkpoints = sorted(trial.glob("checkpoint_*"))
+        if checkpoints:  # Tune resumes each trial from its newest checkpoint
+            try:
+                verify_checkpoint(checkpoints[-1])
+            except CorruptCheckpointError as err:
+                raise UsageError(
+                    f"--resume: {err}. Delete that checkpoint folder to resume from the one "
+                    "before it."
+                ) from err
+
+
 def train(args: argparse.Namespace) -> int:
     experiments = load_experiments(args.file)
-    stop_override = _json_arg(args.stop, "--stop")
+    stop_override = check_stop(_json_arg(args.stop, "--stop"), "--stop")
     config_override = _json_arg(args.config, "--config")
+    if args.num_cpus is not None and args.num_cpus < 1:
+        raise UsageError(f"--num-cpus {args.num_cpus} is invalid; allowed: an integer >= 1")
+    # Every experiment (every grid point, and its GPUs when Ray is local) is checked
+    # before Ray starts.
     configs = {
-        name: build_config(exp, config_override) for name, exp in experiments.items()
-    }  # every experiment is checked before Ray starts
+        name: build_config(exp, config_override, name=name) for name, exp in experiments.items()
+    }
+    if args.dry_run:
+        for name, (_, grid) in configs.items():
+            points = len(list(itertools.product(*grid.values())))
+            print(f"experiment {name!r}: OK ({points} config(s) checked)")
+        return 0
 
-    if not os.environ.get("RAY_ADDRESS"):  # a local Ray instance: only this machine's GPUs
-        for name, (config, _) in configs.items():
-            check_local_gpus(name, config)
+    storages = {
+        name: os.path.abspath(
+            os.path.expanduser(
+                args.storage_path or exp.get("storage_path") or os.path.expanduser("~/ray_results")
+            )
+        )
+        for name, exp in experiments.items()
+    }
+    if args.resume:
+        for name in experiments:
+            check_resumable(os.path.join(storages[name], name), name)
 
     import ray
     from ray import tune
@@ -210,30 +378,45 @@ def train(args: argparse.Namespace) -> int:
     from . import register_with_tune
 
     register_with_tune()
+    # Tune snapshots its experiment state (trial statuses, their newest checkpoints,
+    # result.json) into the storage path every few seconds by default; a run killed
+    # between two snapshots would resume from an older checkpoint and lose the rows of
+    # the iterations since. Snapshot on every step of Tune's loop instead: it writes a
+    # small JSON file and copies the trial logs, cheap next to an LLM iteration.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
     if not ray.is_initialized():
         ray.init(include_dashboard=args.dashboard, num_cpus=args.num_cpus, log_to_driver=True)
     status = 0
     for name, exp in experiments.items():
         ckpt = exp.get("checkpoint_config") or {}
-        storage = (
-            args.storage_path or exp.get("storage_path") or os.path.expanduser("~/ray_results")
-        )
-        tuner = tune.Tuner(
-            exp["run"],  # resolved through Tune's registry, like any registered trainable
-            param_space=param_space(*configs[name]),
-            run_config=tune.RunConfig(
-                name=name,
-                storage_path=os.path.abspath(os.path.expanduser(storage)),
-                stop={**(exp.get("stop") or {}), **stop_override},
-                checkpoint_config=tune.CheckpointConfig(
-                    checkpoint_frequency=int(ckpt.get("checkpoint_frequency", 0)),
-                    checkpoint_at_end=bool(ckpt.get("checkpoint_at_end", True)),
-                    num_to_keep=ckpt.get("num_to_keep"),
+        storage = storages[name]
+        if args.resume:
+            # Tune's own restore: finished trials stay finished, the others go on from
+            # their newest checkpoint (weights, optimizer, counters, RNG states).
+            tuner = tune.Tuner.restore(
+                os.path.join(storage, name),
+                trainable=exp["run"],
+                param_space=param_space(*configs[name]),
+                resume_unfinished=True,
+                resume_errored=True,
+            )
+        else:
+            tuner = tune.Tuner(
+                exp["run"],  # resolved through Tune's registry, like any registered trainable
+                param_space=param_space(*configs[name]),
+                run_config=tune.RunConfig(
+                    name=name,
+                    storage_path=storage,
+                    stop={**(exp.get("stop") or {}), **stop_override},
+                    checkpoint_config=tune.CheckpointConfig(
+                        checkpoint_frequency=int(ckpt.get("checkpoint_frequency", 0)),
+                        checkpoint_at_end=bool(ckpt.get("checkpoint_at_end", True)),
+                        num_to_keep=ckpt.get("num_to_keep"),
+                    ),
+                    callbacks=[_print_progress()],
+                    verbose=1,
                 ),
-                callbacks=[_print_progress()],
-                verbose=1,
-            ),
-        )
+            )
         results = tuner.fit()
         for result in results:
             if result.error:
@@ -247,9 +430,15 @@ def train(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
+    from .checkpoint import CorruptCheckpointError, verify_checkpoint
+
     path = Path(args.checkpoint).expanduser()
     if not path.is_dir():
         raise UsageError(f"checkpoint {str(path)!r} is not a directory")
+    try:
+        verify_checkpoint(path)
+    except CorruptCheckpointError as err:
+        raise UsageError(str(err)) from err
 
     import ray
 
@@ -286,6 +475,18 @@ def main(argv: list[str] | None = None) -> int:
     p_file.add_argument("--storage-path", help="where Tune writes results (default ~/ray_results)")
     p_file.add_argument("--num-cpus", type=int, default=None)
     p_file.add_argument("--dashboard", action="store_true", help="start the Ray dashboard")
+    p_file.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run of this file (same --storage-path) from each "
+        "trial's newest checkpoint, through Tune's restore",
+    )
+    p_file.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="load the file and check every experiment (every grid point, and the GPUs "
+        "it asks for), print what was checked and exit 0, without starting Ray",
+    )
     p_eval = sub.add_parser("evaluate", help="evaluate a checkpoint on fixed initial states")
     p_eval.add_argument("checkpoint")
     p_eval.add_argument("--num-states", type=int, default=256)

@@ -2,21 +2,32 @@
 
 An RLlib ``AlgorithmConfig``: the fluent ``.environment()``, ``.training()``
 and ``.env_runners()`` calls work, and the flat dict of an experiment YAML
-file is read with :meth:`StarPOConfig.from_user_dict`, which rejects unknown
-keys. :meth:`StarPOConfig.check` raises ``ValueError`` naming the bad key, its
-value and what is allowed; the ``rllib`` command calls it before ``ray.init``.
+file is read with :meth:`StarPOConfig.from_user_dict`, which takes StarPO's keys
+and the RLlib settings in ``RLLIB_KEYS`` and rejects any other key.
+:meth:`StarPOConfig.check` type-checks every one of those keys (integers are
+integers, numbers are finite, booleans are not numbers) and raises ``ValueError``
+naming the bad key, its value and what is allowed (``FileNotFoundError`` for a
+model that cannot be found or loaded, in seconds); the ``rllib`` command calls it
+before ``ray.init``.
 
-Defaults follow the paper's StarPO-S setup (DESIGN.md section 3) except where
+Defaults follow the paper's StarPO-S setup (RAGEN, arXiv 2504.20073) except where
 a comment says otherwise.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import math
+import numbers
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+from .hub import load_hub_config
 
 ADVANTAGE_ESTIMATORS = ("gae", "grpo", "bilevel_gae")
 REWARD_LEVELS = ("trajectory", "turn")
@@ -87,6 +98,41 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "eval_interval": 0,  # evaluate every n iterations (0: only through `rllib evaluate`)
 }
 
+
+# ----- what a config value may be ---------------------------------------------------
+# Booleans are not numbers here (YAML's `true` is not 1), floats must be finite.
+def is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+#: Integers are below this (torch and numpy index with int32/int64; a larger value
+#: is a typo, not a setting).
+_INT_LIMIT = 2**31
+
+
+def _int_at_least(low: int) -> tuple[Callable[[Any], bool], str]:
+    return (
+        (lambda v: is_int(v) and low <= v < _INT_LIMIT),
+        f"must be an integer >= {low} (and < 2**31)",
+    )
+
+
+def _number(test: Callable[[float], bool], allowed: str, *, none_ok: bool = False):
+    def ok(value: Any) -> bool:
+        return (none_ok and value is None) or (is_number(value) and test(value))
+
+    return ok, ("must be null or " if none_ok else "must be ") + "a finite number " + allowed
+
+
 _POSITIVE_INTS = (
     "env_groups",
     "group_size",
@@ -98,6 +144,7 @@ _POSITIVE_INTS = (
     "eval_num_states",
     "minibatch_size",
     "num_epochs",
+    "max_nonfinite_updates",
 )
 _CHOICES = {
     "advantage_estimator": ADVANTAGE_ESTIMATORS,
@@ -109,7 +156,104 @@ _CHOICES = {
     "model_dtype": DTYPES,
     "rollout_device": ROLLOUT_DEVICES,
     "kl_estimator": ("k1", "k2", "k3", "abs"),
+    "grad_clip_by": ("value", "norm", "global_norm"),
 }
+_UNIT = "in [0, 1]"
+#: key -> (is the value allowed, what is allowed): every key an experiment may set,
+#: besides `env`, `env_module` (env_loading.check_env), `env_config` and `llm`.
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **{key: _int_at_least(1) for key in _POSITIVE_INTS},
+    **{
+        key: (
+            (lambda v, c=choices: isinstance(v, str) and v in c),
+            f"allowed values are {list(choices)}",
+        )
+        for key, choices in _CHOICES.items()
+    },
+    "eval_seed": _int_at_least(0),
+    "eval_interval": _int_at_least(0),
+    "num_env_runners": _int_at_least(0),
+    "num_learners": _int_at_least(0),
+    "seed": (
+        lambda v: v is None or (is_int(v) and 0 <= v < 2**32),
+        "must be null or an integer in [0, 2**32)",
+    ),
+    "lr": _number(lambda v: v > 0, "> 0"),
+    "critic_lr": _number(lambda v: v > 0, "> 0"),
+    "temperature": _number(
+        lambda v: v > 0,
+        "> 0: at 0 every rollout of a group is the same answer, so a group has no "
+        "reward spread to learn from (eval_temperature may be 0 for greedy evaluation)",
+    ),
+    "eval_temperature": _number(lambda v: v >= 0, ">= 0 (0: greedy)"),
+    "top_p": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
+    "clip_low": _number(lambda v: 0 < v < 1, "in (0, 1)"),
+    "clip_high": _number(lambda v: 0 < v < 1, "in (0, 1)"),
+    "dual_clip": _number(lambda v: v > 1, "> 1", none_ok=True),
+    "vf_clip": _number(lambda v: v > 0, "> 0", none_ok=True),
+    "grad_clip": _number(lambda v: v > 0, "> 0", none_ok=True),
+    "filter_keep_ratio": _number(lambda v: 0 < v <= 1, "in (0, 1]; 1.0 turns filtering off"),
+    **{
+        key: _number(lambda v: 0 <= v <= 1, _UNIT)
+        for key in (
+            "gamma",
+            "lambda_",
+            "gamma_turn",
+            "lambda_turn",
+            "gamma_token",
+            "lambda_token",
+            "max_env_error_share",
+        )
+    },
+    **{
+        key: _number(lambda v: v >= 0, ">= 0")
+        for key in (
+            "entropy_coeff",
+            "kl_coeff",
+            "weight_decay",
+            "vf_loss_coeff",
+            "num_gpus_per_learner",
+            "num_gpus_per_env_runner",
+            "num_cpus_per_env_runner",
+            "num_cpus_for_main_process",
+        )
+    },
+    "num_cpus_per_learner": (
+        lambda v: v == "auto" or (is_number(v) and v >= 0),
+        "must be 'auto' or a finite number >= 0",
+    ),
+    "whiten_advantages": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "shuffle_batch_per_epoch": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "prefill": ((lambda v: isinstance(v, str)), "must be a string (may be empty)"),
+    "framework_str": ((lambda v: v == "torch"), "StarPO runs on 'torch' only"),
+}
+#: The RLlib AlgorithmConfig settings an experiment's config may set (attribute names).
+#: RLlib's other settings are rejected: StarPO does not read them, or they could
+#: break a run in ways no check here covers.
+RLLIB_KEYS = ("env", "env_config") + tuple(key for key in _RULES if key not in STARPO_DEFAULTS)
+#: How a YAML key is shown when its attribute has another name.
+_YAML_NAMES = {"framework_str": "framework"}
+
+
+@functools.lru_cache(maxsize=1)
+def _rllib_settings() -> frozenset[str]:
+    """Every setting of RLlib's AlgorithmConfig (attribute names)."""
+    plain = AlgorithmConfig()
+    return frozenset(plain.to_dict()) | frozenset(vars(plain))
+
+
+def _number_hint(value: Any) -> str:
+    """A hint for numbers that YAML read as strings (`1e-4` without a '.' is a string)."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return (
+            f" (got the string {value!r}: YAML reads exponents without a decimal point, "
+            "such as 1e-4, as strings; write 1.0e-4)"
+        )
+    return ""
 
 
 class StarPOConfig(AlgorithmConfig):
@@ -181,66 +325,103 @@ class StarPOConfig(AlgorithmConfig):
 
     @classmethod
     def from_user_dict(cls, config: dict[str, Any]) -> StarPOConfig:
-        """A config from a flat dict (YAML ``config:`` section); unknown keys are an error."""
+        """A config from a flat dict (YAML ``config:`` section).
+
+        Keys are StarPO's (STARPO_DEFAULTS) and the RLlib settings in RLLIB_KEYS (YAML
+        spellings such as ``lambda`` and ``framework`` included); any other key is an
+        error, and so is a value RLlib's ``update_from_dict`` rejects. Values are
+        checked by :meth:`check`.
+        """
         if not isinstance(config, dict):
-            raise ValueError(f"config must be a mapping, got {type(config).__name__}")
-        out = cls()
-        allowed = set(out.to_dict()) | {"lambda_"}
-        unknown = sorted(k for k in config if cls._translate_special_keys(k, False) not in allowed)
-        if unknown:
-            ours = ", ".join(sorted(STARPO_DEFAULTS))
             raise ValueError(
-                f"unknown config key(s) {unknown}. StarPO keys: {ours}; plus RLlib's "
-                "AlgorithmConfig keys (lr, gamma, seed, minibatch_size, num_epochs, env, "
-                "env_config, num_env_runners, num_learners, ...)"
+                f"config must be a mapping of key: value, got {type(config).__name__} {config!r}"
             )
-        config = dict(config)
-        if "lambda" in config:
-            config["lambda_"] = config.pop("lambda")
-        out.update_from_dict(config)
+        odd = [k for k in config if not isinstance(k, str)]
+        if odd:
+            raise ValueError(f"config keys must be strings, got {odd!r}")
+        allowed = set(STARPO_DEFAULTS) | set(RLLIB_KEYS)
+        spelled: dict[str, str] = {}  # attribute -> the user's spelling
+        unknown, unused = [], []
+        for key in config:
+            attr = cls._translate_special_keys(key, False)
+            if attr in spelled:
+                raise ValueError(
+                    f"config keys {spelled[attr]!r} and {key!r} set the same setting; give one"
+                )
+            spelled[attr] = key
+            if attr not in allowed:
+                (unused if attr in _rllib_settings() else unknown).append(key)
+        if unknown or unused:
+            names = sorted(allowed - {"framework_str"} | {"framework", "lambda"})
+            hints = []
+            for key in unknown + unused:
+                close = difflib.get_close_matches(key, names, n=2)
+                if key == "model":
+                    hints.append("the model is set with `llm`")
+                elif close:
+                    hints.append(f"{key!r}: did you mean {' or '.join(map(repr, close))}?")
+            parts = []
+            if unknown:
+                parts.append(f"unknown config key(s) {sorted(unknown)}")
+            if unused:
+                parts.append(
+                    f"config key(s) {sorted(unused)} are RLlib AlgorithmConfig settings that "
+                    "StarPO does not take from an experiment file"
+                )
+            raise ValueError(
+                "; ".join(parts)
+                + (f" ({'; '.join(hints)})" if hints else "")
+                + f". StarPO keys: {', '.join(sorted(STARPO_DEFAULTS))}; RLlib keys: "
+                + ", ".join(sorted(_YAML_NAMES.get(k, k) for k in RLLIB_KEYS))
+                + " (lambda for lambda_)"
+            )
+        out = cls()
+        for key, value in config.items():
+            if key == "env_config":  # RLlib merges it into the default; a mapping only
+                if not isinstance(value, dict):
+                    raise ValueError(
+                        f"config env_config={value!r} is invalid: must be a mapping of env "
+                        "constructor kwargs"
+                    )
+                out.env_config = dict(value)
+                continue
+            try:
+                out.update_from_dict({key: value})
+            except Exception as err:  # noqa: BLE001 - whatever RLlib raises, name the key
+                raise ValueError(
+                    f"config {key}={value!r} is invalid: RLlib's AlgorithmConfig rejects it "
+                    f"({type(err).__name__}: {err})"
+                ) from err
         return out
 
     def check(self) -> None:
         """Raise ValueError (or FileNotFoundError for a model path) on any bad value."""
+        self.check_values()
+        self.check_model()
+
+    def check_values(self) -> None:
+        """Every check but the model's (``llm``): cheap, and raises ValueError naming the key."""
         from .env_loading import check_env
 
-        def bad(key: str, allowed: str) -> ValueError:
-            return ValueError(f"config {key}={getattr(self, key)!r} is invalid: {allowed}")
+        def bad(key: str, allowed: str, value: Any = None) -> ValueError:
+            value = getattr(self, key) if value is None else value
+            return ValueError(f"config {_YAML_NAMES.get(key, key)}={value!r} is invalid: {allowed}")
 
         check_env(self)
-        if not isinstance(self.env_config, dict):
-            raise bad("env_config", "must be a mapping of env constructor kwargs")
-        for key in _POSITIVE_INTS:
+        if not isinstance(self.env_config, dict) or not all(
+            isinstance(k, str) for k in self.env_config
+        ):
+            raise bad("env_config", "must be a mapping of env constructor kwargs (string keys)")
+        for key, (ok, allowed) in _RULES.items():
             value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise bad(key, "must be an integer >= 1")
-        for key, choices in _CHOICES.items():
-            if getattr(self, key) not in choices:
-                raise bad(key, f"allowed values are {list(choices)}")
-        for key in ("lr", "critic_lr"):
-            value = getattr(self, key)
-            if not isinstance(value, int | float) or not value > 0:
-                raise bad(key, "must be a number > 0")
-        for key in ("clip_low", "clip_high"):
-            if not 0 < getattr(self, key) < 1:
-                raise bad(key, "must be in (0, 1)")
-        if self.dual_clip is not None and not self.dual_clip > 1:
-            raise bad("dual_clip", "must be None or > 1")
-        if self.vf_clip is not None and not self.vf_clip > 0:
-            raise bad("vf_clip", "must be None or > 0")
-        for key in ("entropy_coeff", "kl_coeff", "weight_decay", "vf_loss_coeff"):
-            if not getattr(self, key) >= 0:
-                raise bad(key, "must be >= 0")
-        for key in ("gamma", "lambda_", "gamma_turn", "lambda_turn", "gamma_token", "lambda_token"):
-            if not 0 <= getattr(self, key) <= 1:
-                raise bad(key, "must be in [0, 1]")
-        if not 0 < self.filter_keep_ratio <= 1:
-            raise bad("filter_keep_ratio", "must be in (0, 1]; 1.0 turns filtering off")
-        if not 0 < self.top_p <= 1:
-            raise bad("top_p", "must be in (0, 1]")
-        for key in ("temperature", "eval_temperature"):
-            if not getattr(self, key) >= 0:
-                raise bad(key, "must be >= 0")
+            if not ok(value):
+                raise bad(key, allowed + _number_hint(value))
+        if not isinstance(self.llm, str) or not self.llm.strip():
+            raise bad(
+                "llm",
+                "must be 'builtin', 'builtin-raw', a local model directory or a Hugging Face "
+                "hub id such as 'Qwen/Qwen2.5-0.5B-Instruct' (a string)",
+            )
         if self.advantage_estimator == "grpo" and self.group_size < 2:
             raise bad(
                 "group_size",
@@ -262,19 +443,40 @@ class StarPOConfig(AlgorithmConfig):
             )
         if not (0 <= self.eval_seed and self.eval_seed + self.eval_num_states <= 1 << 20):
             raise bad("eval_seed", "eval_seed + eval_num_states must lie in [0, 2**20)")
+        if self.env_config:
+            self._check_env_config()
+
+    def check_model(self) -> None:
+        """Resolve ``llm`` (building the built-in model on first use); a missing local
+        path, or a hub id that cannot be loaded within seconds, raises FileNotFoundError."""
+        if not isinstance(self.llm, str) or not self.llm.strip():
+            raise ValueError(
+                f"config llm={self.llm!r} is invalid: must be 'builtin', 'builtin-raw', a local "
+                "model directory or a Hugging Face hub id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
+            )
         model_path = self.llm_module_config()["model_path"]  # a missing local path raises
         if not os.path.isdir(model_path):
-            # A hub id: fetch its config now (cached by transformers), so that an
-            # unreachable hub or a wrong id fails here and not inside a Ray actor.
-            from transformers import AutoConfig
+            # A hub id: load its config now (from the cache, else from a reachable hub
+            # within a deadline), so that an unreachable hub or a wrong id fails here,
+            # in seconds, and not inside a Ray actor.
+            load_hub_config(model_path)
 
+    def _check_env_config(self) -> None:
+        """Make the env with `env_config` and reset it once: a kwarg the env does not
+        take, or a value it rejects, fails here and not in an env runner."""
+        from .env_loading import make_env
+
+        try:
+            env = make_env(self)
             try:
-                AutoConfig.from_pretrained(model_path)
-            except (OSError, ValueError) as err:
-                raise FileNotFoundError(
-                    f"config llm={self.llm!r} is neither a local model directory nor a hub "
-                    f"model that can be loaded here: {err}"
-                ) from err
+                env.reset(seed=0)
+            finally:
+                env.close()
+        except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
+            raise ValueError(
+                f"config env_config={self.env_config!r} is invalid for env {self.env!r}: "
+                f"making and resetting the env with it failed: {type(err).__name__}: {err}"
+            ) from err
 
     def validate(self) -> None:
         super().validate()

@@ -8,7 +8,7 @@ token out: generated text is never re-tokenised), together with their
 log-probabilities and a loss mask of 1; everything else (system prompt,
 observations, chat framing, the ``<think>`` prefill) has mask 0.
 
-Message structure (DESIGN.md section 2): a system message; a first user
+Message structure (as in the RAGEN paper): a system message; a first user
 message with the env's instructions and turn 1; after every answer a user
 message with the reward and the next turn.
 """

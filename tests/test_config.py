@@ -174,3 +174,226 @@ def test_gpu_example_on_a_machine_without_gpu_fails_before_ray(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "asks for 1 GPU(s)" in proc.stderr and "has 0" in proc.stderr
     assert "Started a local Ray instance" not in proc.stderr + proc.stdout
+
+
+# ----- value types: every key is type-checked -------------------------------------
+@pytest.mark.parametrize(
+    "overrides, names",
+    [
+        ({"lr": float("nan")}, ["lr=nan", "finite number"]),
+        ({"critic_lr": float("inf")}, ["critic_lr=inf", "finite number"]),
+        ({"gamma": -float("inf")}, ["gamma=-inf", "[0, 1]"]),
+        ({"filter_keep_ratio": float("nan")}, ["filter_keep_ratio=nan", "(0, 1]"]),
+        ({"group_size": True}, ["group_size=True", "integer"]),
+        ({"clip_low": False}, ["clip_low=False", "finite number"]),
+        ({"temperature": "1e-4"}, ["temperature='1e-4'", "1.0e-4"]),
+        ({"env_groups": "8"}, ["env_groups='8'", "integer"]),
+        ({"gamma": {"a": 1}}, ["gamma={'a': 1}", "[0, 1]"]),
+        ({"entropy_coeff": [0.1]}, ["entropy_coeff=[0.1]", ">= 0"]),
+        ({"filter_keep_ratio": None}, ["filter_keep_ratio=None", "(0, 1]"]),
+        ({"temperature": 0}, ["temperature=0", "> 0", "eval_temperature may be 0"]),
+        ({"temperature": 0.0}, ["temperature=0.0", "> 0"]),
+        ({"whiten_advantages": "yes"}, ["whiten_advantages='yes'", "true or false"]),
+        ({"advantage_estimator": ["gae"]}, ["advantage_estimator=['gae']", "'grpo'"]),
+        ({"max_env_error_share": 1.5}, ["max_env_error_share=1.5", "[0, 1]"]),
+        ({"max_env_error_share": "0.5"}, ["max_env_error_share='0.5'", "[0, 1]"]),
+        ({"max_nonfinite_updates": 0}, ["max_nonfinite_updates=0", ">= 1"]),
+        ({"max_nonfinite_updates": 2.0}, ["max_nonfinite_updates=2.0", "integer"]),
+        ({"dual_clip": float("nan")}, ["dual_clip=nan", "null or", "> 1"]),
+        ({"prefill": 5}, ["prefill=5", "string"]),
+        ({"max_new_tokens": 10**40}, ["max_new_tokens=", "2**31"]),
+        ({"lr": 10**400}, ["lr=", "finite number"]),
+        # RLlib's AlgorithmConfig keys
+        ({"seed": -1}, ["seed=-1", "[0, 2**32)"]),
+        ({"seed": 1.5}, ["seed=1.5", "integer"]),
+        ({"grad_clip": 0}, ["grad_clip=0", "> 0"]),
+        ({"grad_clip_by": "max"}, ["grad_clip_by='max'", "'global_norm'"]),
+        ({"num_epochs": True}, ["num_epochs=True", "integer"]),
+        ({"shuffle_batch_per_epoch": 1}, ["shuffle_batch_per_epoch=1", "true or false"]),
+        ({"num_env_runners": -1}, ["num_env_runners=-1", ">= 0"]),
+        ({"num_learners": 1.0}, ["num_learners=1.0", "integer"]),
+        ({"num_gpus_per_learner": float("nan")}, ["num_gpus_per_learner=nan", ">= 0"]),
+        ({"num_gpus_per_env_runner": True}, ["num_gpus_per_env_runner=True", ">= 0"]),
+        ({"num_cpus_per_env_runner": "1"}, ["num_cpus_per_env_runner='1'", ">= 0"]),
+        ({"num_cpus_per_learner": "all"}, ["num_cpus_per_learner='all'", "'auto'"]),
+        ({"framework": "tf2"}, ["framework='tf2'", "torch"]),
+        ({"env_config": {"no_such_kwarg": 1}}, ["env_config=", "no_such_kwarg"]),
+        ({"llm": 1e-4}, ["llm=0.0001", "'builtin'", "hub id"]),
+        ({"llm": ["builtin"]}, ["llm=['builtin']"]),
+    ],
+)
+def test_wrong_types_and_non_finite_values_name_the_key(overrides, names):
+    with pytest.raises(ValueError) as err:
+        make(**overrides).check()
+    for name in names:
+        assert name in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "config, names",
+    [
+        ({"env_config": None}, ["env_config=None", "mapping"]),
+        ({"env_config": [1]}, ["env_config=[1]", "mapping"]),
+        ({1: 2}, ["keys must be strings"]),
+        ({"lambda": 0.9, "lambda_": 0.8}, ["'lambda'", "'lambda_'", "give one"]),
+        ({"model": "builtin"}, ["'model'", "`llm`"]),
+        ({"train_batch_size": 64}, ["'train_batch_size'", "does not take", "minibatch_size"]),
+        ({"callbacks": "my.Callbacks"}, ["'callbacks'", "RLlib"]),
+    ],
+)
+def test_bad_keys_and_rllib_keys_starpo_does_not_take(config, names):
+    with pytest.raises(ValueError) as err:
+        StarPOConfig.from_user_dict({"env": "ragen/Bandit-v0", **config})
+    for name in names:
+        assert name in str(err.value), str(err.value)
+
+
+def test_an_error_from_rllibs_update_from_dict_names_the_key(monkeypatch):
+    def boom(self, config_dict):
+        raise TypeError("unsupported operand")
+
+    monkeypatch.setattr(StarPOConfig, "update_from_dict", boom)
+    with pytest.raises(ValueError, match=r"config seed=3 is invalid: RLlib.*TypeError"):
+        StarPOConfig.from_user_dict({"seed": 3})
+
+
+def test_valid_values_of_every_type_are_accepted():
+    cfg = make(
+        eval_temperature=0,  # greedy evaluation stays allowed
+        temperature=0.7,
+        seed=None,
+        dual_clip=None,
+        vf_clip=None,
+        grad_clip=None,
+        grad_clip_by="norm",
+        shuffle_batch_per_epoch=True,
+        num_cpus_per_learner="auto",
+        num_gpus_per_learner=0,
+        max_env_error_share=0,
+        max_nonfinite_updates=1,
+        framework="torch",
+        num_workers=0,  # RLlib's old name of num_env_runners
+        env_config={"preset": "phoenix_dragon"},
+        env_groups=4,
+        group_size=4,
+        minibatch_size=4,
+    )
+    cfg.check()
+    assert (cfg.eval_temperature, cfg.seed, cfg.grad_clip_by) == (0, None, "norm")
+
+
+# ----- llm: fails in seconds when it cannot be loaded --------------------------------
+def test_llm_hub_id_offline_fails_fast_naming_llm(monkeypatch):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    with pytest.raises(FileNotFoundError) as err:
+        make(llm="no-such-org/no-such-model").check()
+    assert time.perf_counter() - start < 5
+    assert "llm='no-such-org/no-such-model'" in str(err.value)
+    assert "HF_HUB_OFFLINE" in str(err.value)
+
+
+def test_llm_hub_id_with_an_unreachable_hub_fails_fast_naming_llm(monkeypatch):
+    import time
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("ALL_PROXY", raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    start = time.perf_counter()
+    with pytest.raises(FileNotFoundError) as err:
+        make(llm="1e-4").check()  # YAML's `llm: 1e-4` is this string
+    assert time.perf_counter() - start < 5
+    assert "llm='1e-4'" in str(err.value) and "unreachable" in str(err.value)
+
+
+@pytest.mark.parametrize("llm", ["hello world", "a--b", "x" * 200])
+def test_llm_that_is_neither_a_directory_nor_a_hub_id_fails_at_once(llm):
+    with pytest.raises(FileNotFoundError, match="llm="):
+        make(llm=llm).check()
+
+
+# ----- the CLI: experiment-level shapes, --dry-run ----------------------------------
+def _main(*args: str) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from ragen_rllib.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = main(list(args))
+    return rc, out.getvalue()
+
+
+EXP = "exp:\n  run: StarPO\n  env: ragen/Bandit-v0\n"
+
+
+@pytest.mark.parametrize(
+    "yaml_text, names",
+    [
+        ("- a\n- b\n", ["must map experiment names"]),
+        ("42\n", ["must map experiment names"]),
+        ("exp: [1, 2]\n", ["experiment 'exp' must be a mapping"]),
+        ("5: {run: StarPO}\n", ["experiment name 5"]),
+        (EXP + "  stop: 100\n", ["stop=100", "finite number"]),
+        (EXP + "  stop: {training_iteration: x}\n", ["stop training_iteration='x'"]),
+        (EXP + "  stop: {training_iteration: .nan}\n", ["stop training_iteration=nan"]),
+        (EXP + "  stop: {training_iteration: true}\n", ["stop training_iteration=True"]),
+        (EXP + "  checkpoint_config: 5\n", ["checkpoint_config=5"]),
+        (EXP + "  checkpoint_config: {checkpoint_frequency: x}\n", ["checkpoint_frequency='x'"]),
+        (EXP + "  checkpoint_config: {checkpoint_frequency: 1.5}\n", ["checkpoint_frequency=1.5"]),
+        (EXP + "  checkpoint_config: {checkpoint_at_end: 'yes'}\n", ["checkpoint_at_end='yes'"]),
+        (EXP + "  checkpoint_config: {num_to_keep: 0}\n", ["num_to_keep=0"]),
+        (EXP + "  config: [1]\n", ["config=[1]", "mapping"]),
+        (EXP + "  storage_path: 5\n", ["storage_path=5", "string"]),
+        (EXP + "  run: [StarPO]\n", ["run=['StarPO']"]),
+        (EXP + "  config: {env: ragen/FrozenLake-v0}\n", ["env is set twice"]),
+        (EXP + "  config: {lr: {grid_search: 5}}\n", ["config lr", "grid_search"]),
+        (EXP + "  config: {lr: {grid_search: [1.0e-4], x: 1}}\n", ["config lr", "grid_search"]),
+        (EXP + "  config: {env_config: {a: {grid_search: [1]}}}\n", ["env_config", "nested"]),
+        (EXP + "  config: {lr: {grid_search: [1.0e-4, .inf]}}\n", ["lr=inf", "grid point"]),
+        (EXP + "  config: {gamma: {a: 1}}\n", ["gamma={'a': 1}"]),
+        (EXP + "  config: {temperature: 1e-4}\n", ["temperature='1e-4'"]),
+    ],
+)
+def test_rllib_train_names_the_key_of_bad_experiment_shapes(tmp_path, yaml_text, names):
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml_text)
+    rc, output = _main("train", "file", str(path), "--dry-run")
+    assert rc == 2, output
+    assert "Traceback" not in output and output.startswith("rllib: ")
+    for name in names:
+        assert name in output, output
+
+
+def test_dry_run_checks_every_grid_point_and_starts_no_ray(tmp_path):
+    import ray
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        EXP + "  config: {llm: builtin-raw, env_groups: 4, group_size: 4, minibatch_size: 4,"
+        " lr: {grid_search: [1.0e-4, 3.0e-4]}, seed: {grid_search: [0, 1]}}\n"
+    )
+    rc, output = _main("train", "file", str(path), "--dry-run")
+    assert rc == 0, output
+    assert "experiment 'exp': OK (4 config(s) checked)" in output
+    assert not ray.is_initialized()
+    rc, output = _main("train", "file", str(path), "--dry-run", "--stop", '{"x": "y"}')
+    assert rc == 2 and "--stop x='y'" in output
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="checks a machine without a GPU"
+)
+def test_dry_run_checks_the_gpus_of_every_grid_point(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        EXP + "  config: {llm: builtin-raw, num_gpus_per_learner: {grid_search: [0, 1]}}\n"
+    )
+    rc, output = _main("train", "file", str(path), "--dry-run")
+    assert rc == 2 and "asks for 1 GPU(s)" in output and "grid point" in output, output
