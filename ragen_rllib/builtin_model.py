@@ -20,7 +20,11 @@ use, so rendered prompts contain no ``<unk>``.
 Warm start (``warm_start=True``, the ``builtin`` model; ``builtin-raw`` skips
 it): a few hundred AdamW steps of supervised training on prompts rendered
 exactly as the rollout renders them (first turns, and later turns after a
-first answer, across all registered envs), with loss only on the answers.
+first answer, across all registered envs), with loss only on the answers
+(the tokens inside ``<answer>...</answer>`` weighted up). Every batch holds
+the same number of sequences of every env, so each step asks for the arm
+names of all four bandits at once and the model learns to read them from the
+prompt (with one env per batch it only learnt how often each name occurs).
 What it learns is the answer FORMAT: a few filler words, ``</think>``,
 ``<answer>``, one to three valid action names of that env (exactly one arm
 name, copied from the prompt, for the bandits) joined by ``||``,
@@ -43,6 +47,7 @@ import shutil
 import string
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
@@ -68,7 +73,7 @@ from .context import FORMAT_HINT, SYSTEM_PROMPT, ChatFormat, first_user_text, re
 logger = logging.getLogger(__name__)
 
 #: Bump when the build changes in a way the parameters below do not capture.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 BUILTIN_NAMES = {"builtin": True, "builtin-raw": False}  # name -> warm start
 
 PAD, IM_START, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -99,10 +104,12 @@ class BuiltinSpec:
     max_position_embeddings: int = 4096
     corpus_seeds: int = 50  # env seeds whose texts make up the vocabulary
     warm_start_steps: int = 300
-    warm_start_batch: int = 16
+    warm_start_batch: int = 18  # sequences per step, the envs in turn (2 of each of the 9)
+    warm_start_chunk: int = 6  # sequences per forward pass, sorted by length
     warm_start_lr: float = 3e-3
     warm_start_max_turns: int = 3  # answers per training sequence at most
     warm_start_multi_turn: float = 0.25  # share of training sequences with more than one answer
+    warm_start_action_weight: float = 3.0  # loss weight of the tokens inside <answer>...</answer>
 
     def __post_init__(self) -> None:
         if self.head_dim < 32:
@@ -266,8 +273,12 @@ def _random_answer(rng: np.random.Generator, env: Any) -> str:
 
 def _training_sequence(
     rng: np.random.Generator, env: Any, fmt: ChatFormat, spec: BuiltinSpec
-) -> tuple[list[int], list[int]]:
-    """One rendered trajectory: (input ids, labels with -100 outside the answers).
+) -> tuple[list[int], list[int], list[float]]:
+    """One rendered trajectory: (input ids, labels with -100 outside the answers, loss weights).
+
+    The weight is ``spec.warm_start_action_weight`` on the answer body (the
+    action names and separators between ``<answer>`` and ``</answer>``), 1 on
+    the other answer tokens and 0 outside the answers.
 
     A share ``spec.warm_start_multi_turn`` goes on after the first answer, for
     up to ``spec.warm_start_max_turns`` answers, so later-turn contexts are seen too.
@@ -275,37 +286,56 @@ def _training_sequence(
     obs, info = env.reset(seed=int(rng.integers(2**31)))
     ids = fmt.prompt_ids(first_user_text(env, obs, info["actions_left"]))
     labels = [-100] * len(ids)
+    weights = [0.0] * len(ids)
+    tokenizer = fmt.tokenizer
+    open_id, close_id = tokenizer.convert_tokens_to_ids(["<answer>", "</answer>"])
     multi = rng.random() < spec.warm_start_multi_turn
     turns = int(rng.integers(2, spec.warm_start_max_turns + 1)) if multi else 1
     for turn in range(1, turns + 1):
         answer = _random_answer(rng, env)
-        answer_ids = fmt.tokenizer.encode(answer, add_special_tokens=False) + [fmt.eos_token_id]
+        answer_ids = tokenizer.encode(answer, add_special_tokens=False) + [fmt.eos_token_id]
+        start, end = answer_ids.index(open_id) + 1, answer_ids.index(close_id)
+        body = [1.0] * start + [spec.warm_start_action_weight] * (end - start)
         ids, labels = ids + answer_ids, labels + answer_ids
+        weights += body + [1.0] * (len(answer_ids) - end)
         obs, reward, terminated, truncated, info = env.step("<think>" + answer)
         if terminated or truncated or turn == turns:
             break
         user = render_turn(turn + 1, obs, info["actions_left"], reward)
         more = fmt.continuation_ids(user, ended_with_eos=True)
-        ids, labels = ids + more, labels + [-100] * len(more)
-    return ids, labels
+        ids, labels, weights = ids + more, labels + [-100] * len(more), weights + [0.0] * len(more)
+    return ids, labels, weights
 
 
-def _batch(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    width = max(len(ids) for ids, _ in examples)
+def _batch(
+    examples: list[tuple[list[int], list[int], list[float]]], pad_id: int
+) -> dict[str, torch.Tensor]:
+    width = max(len(ids) for ids, _, _ in examples)
     input_ids = torch.full((len(examples), width), pad_id)  # [B, T]
     labels = torch.full((len(examples), width), -100)  # [B, T]
+    weights = torch.zeros((len(examples), width))  # [B, T]
     attention_mask = torch.zeros((len(examples), width), dtype=torch.long)  # [B, T]
-    for row, (ids, labs) in enumerate(examples):
+    for row, (ids, labs, wts) in enumerate(examples):
         input_ids[row, : len(ids)] = torch.tensor(ids)
         labels[row, : len(labs)] = torch.tensor(labs)
+        weights[row, : len(wts)] = torch.tensor(wts)
         attention_mask[row, : len(ids)] = 1
-    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "weights": weights,
+        "attention_mask": attention_mask,
+    }
 
 
 def _answer_loss(
-    model: Any, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor
+    model: Any,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    weights: torch.Tensor,
+    attention_mask: torch.Tensor,
 ) -> torch.Tensor:
-    """Mean next-token cross-entropy over the answer tokens.
+    """Weighted SUM of the next-token cross-entropies over the answer tokens.
 
     The LM head runs only where a label is predicted: most positions are
     prompt, and with a vocabulary of ~1200 the head is a large part of the cost.
@@ -314,11 +344,25 @@ def _answer_loss(
     targets = labels[:, 1:]  # [B, T-1]: position t predicts token t+1
     keep = targets != -100
     logits = model.lm_head(hidden[:, :-1][keep])  # [N, V]
-    return torch.nn.functional.cross_entropy(logits, targets[keep])
+    losses = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="none")  # [N]
+    return (losses * weights[:, 1:][keep]).sum()
+
+
+def _env_schedule(rng: np.random.Generator, num_envs: int) -> Iterator[int]:
+    """Env indices round robin, in a fresh random order every round."""
+    while True:
+        yield from (int(i) for i in rng.permutation(num_envs))
 
 
 def train_warm_start(model: Any, tokenizer: Any, spec: BuiltinSpec, seed: int) -> None:
-    """Supervised training on the answer format with random valid actions (see module doc)."""
+    """Supervised training on the answer format with random valid actions (see module doc).
+
+    Every batch mixes the envs evenly (round robin), so each step's gradient
+    covers every env: with one env per batch, the four bandits' arm names
+    took turns in the output bias and the model never learnt to read the arm
+    names from the prompt. A batch is run in chunks of similar length (little
+    padding), and the loss is the weighted mean over the whole batch.
+    """
     rng = np.random.default_rng(seed)
     envs = _make_envs()
     fmt = ChatFormat(tokenizer, prefill="<think>")
@@ -334,21 +378,27 @@ def train_warm_start(model: Any, tokenizer: Any, spec: BuiltinSpec, seed: int) -
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     model.train()
-    env_ids = sorted(envs)
+    env_list = [envs[env_id] for env_id in sorted(envs)]
+    schedule = _env_schedule(rng, len(env_list))
     for step in range(spec.warm_start_steps):
-        if step % len(env_ids) == 0:
-            rng.shuffle(env_ids)
-        # One env per batch: similar lengths, little padding.
-        env = envs[env_ids[step % len(env_ids)]]
-        examples = [_training_sequence(rng, env, fmt, spec) for _ in range(spec.warm_start_batch)]
-        loss = _answer_loss(model, **_batch(examples, tokenizer.pad_token_id))
+        examples = [
+            _training_sequence(rng, env_list[next(schedule)], fmt, spec)
+            for _ in range(spec.warm_start_batch)
+        ]
+        examples.sort(key=lambda example: len(example[0]))  # stable: deterministic
+        total = sum(sum(weights) for _, _, weights in examples)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = 0.0
+        for start in range(0, len(examples), spec.warm_start_chunk):
+            chunk = _batch(examples[start : start + spec.warm_start_chunk], tokenizer.pad_token_id)
+            chunk_loss = _answer_loss(model, **chunk) / total
+            chunk_loss.backward()
+            loss += chunk_loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         if step % 50 == 0 or step == spec.warm_start_steps - 1:
-            logger.info("builtin model warm start: step %d loss %.4f", step, loss.item())
+            logger.info("builtin model warm start: step %d loss %.4f", step, loss)
     model.eval()
 
 

@@ -29,7 +29,7 @@ FILES = (
     "tokenizer_config.json",
 )
 # A short warm start: enough to check determinism, not to learn anything.
-TINY_WARM = BuiltinSpec(warm_start_steps=3, warm_start_batch=2)
+TINY_WARM = BuiltinSpec(warm_start_steps=3, warm_start_batch=4, warm_start_chunk=2)
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +223,7 @@ def test_resolve_model(raw_model, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_warm_started_model_answers_in_format(warm_model, raw_model):
     assert resolve_model("builtin", cache_dir=os.path.dirname(warm_model)) == warm_model
-    rate = format_valid_rate(warm_model, n=90, temperature=1.0)
-    assert rate >= 0.8, rate
+    # Sampled answers of every env (10 prompts each), under five sampling seeds.
+    rates = [format_valid_rate(warm_model, n=90, temperature=1.0, seed=s) for s in range(5)]
+    assert min(rates) >= 0.85, rates
     assert format_valid_rate(raw_model, n=18, temperature=1.0) < 0.2
