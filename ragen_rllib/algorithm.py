@@ -106,11 +106,17 @@ class StarPO(Algorithm):
             self._reuse.put(trajs)
         batch = self._reuse.take()
         self.metrics.log_value("rollout/batch_uses", self._reuse.uses, window=1)
-        if not batch:  # every group dropped (env errors) or filtered out
+        if batch:
+            self._update_and_sync(batch)
+        else:  # every group dropped (env errors) or filtered out
             logger.warning("iteration %d: no trajectory left to train on", self.iteration + 1)
             self.metrics.log_value(("rollout", "empty_batches"), 1, reduce="sum")
-            return
 
+        every = self.config.eval_interval
+        if every and (self.training_iteration + 1) % every == 0:
+            self.metrics.log_dict(self.evaluate_success(), key="evaluation", window=1)
+
+    def _update_and_sync(self, batch: list[Trajectory]) -> None:
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
                 episodes=batch,
@@ -126,10 +132,6 @@ class StarPO(Algorithm):
                 policies=[DEFAULT_MODULE_ID],
                 inference_only=True,
             )
-
-        every = self.config.eval_interval
-        if every and (self.training_iteration + 1) % every == 0:
-            self.metrics.log_dict(self.evaluate_success(), key="evaluation", window=1)
 
     def _count(self, trajs: list[Trajectory]) -> None:
         """Lifetime counters: kept in the algorithm's state, so they survive a restore."""

@@ -88,7 +88,8 @@ def test_too_many_env_errors_stop_the_run_with_a_clear_error(group_seeds):
 @pytest.mark.slow
 def test_training_goes_on_past_env_errors_and_counts_them(group_seeds, tmp_path):
     """Through the algorithm (Ray, the learner): iteration 1 loses groups 0 and 2 and
-    still updates; the lifetime counter sums the errors; a tight budget stops the run."""
+    still updates; the lifetime counter sums the errors; a tight budget stops the run;
+    a batch with no group left skips the update."""
     script = f"""
 import json, ray
 from ragen_rllib.config import StarPOConfig
@@ -117,7 +118,14 @@ try:
     error = None
 except Exception as err:
     error = str(err)
-print(json.dumps({{"rows": rows, "error": error}}, default=float))
+every = {{**base, "max_env_error_share": 1.0,
+          "env_config": {{"fail_reset_seeds": {group_seeds}}}}}
+algo = StarPOConfig.from_user_dict(every).build_algo()
+r = algo.train()
+empty = {{"env_errors": r["rollout"]["env_errors"], "empty": r["rollout"]["empty_batches"],
+          "trained": r.get("learners", {{}}).get("default_policy", {{}}).get(
+              "num_module_steps_trained", 0)}}
+print(json.dumps({{"rows": rows, "error": error, "empty": empty}}, default=float))
 """
     proc = subprocess.run(
         [sys.executable, "-c", script],
@@ -133,6 +141,8 @@ print(json.dumps({{"rows": rows, "error": error}}, default=float))
     assert first == {"env_errors": 4, "dropped": 2, "trained": 2, "lifetime_errors": 4}
     assert second["lifetime_errors"] == 4 + second["env_errors"]
     assert "max_env_error_share=0.25" in out["error"] and "FlakySayTheWord-v0" in out["error"]
+    # Every group failed, under a budget of 1.0: the iteration ends without an update.
+    assert out["empty"] == {"env_errors": 6, "empty": 1, "trained": 0}
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
