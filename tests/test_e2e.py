@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,18 @@ print(json.dumps(out))
         assert stats["critic_learning_rate"] == 1e-5, name
         assert stats["value_loss"] > 0 and math.isfinite(stats["policy_loss"]), name
         assert stats["gradients_critic_global_norm"] > 0, name
+
+
+def test_evaluate_names_a_truncated_checkpoint_file(trained, tmp_path):
+    _, trial, _ = trained
+    ckpt = tmp_path / "checkpoint_000000"
+    shutil.copytree(trial / "checkpoint_000000", ckpt)
+    state = next(p for p in sorted(ckpt.rglob("*.pkl")) if p.stat().st_size > 100)
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragen_rllib.cli", "evaluate", str(ckpt), "--num-states", "4"],
+        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"checkpoint file {str(state)!r} is truncated" in proc.stderr
+    assert "Traceback" not in proc.stderr
