@@ -132,7 +132,11 @@ class BanditEnv(TextEnv):
             return "Arms: " + ", ".join(self.action_names)
         return f"You pulled {self._chosen.name}."
 
-    def instructions(self) -> str:
+    def _compact_instructions(self) -> str:
+        names = ", ".join(self.action_names)
+        return f"Pull one of the arms: {names}. Answer with exactly one arm name."
+
+    def _full_instructions(self) -> str:
         names = self.action_names
         return (
             f"You face {len(names)} slot-machine arms: {', '.join(names)}. Each pays a reward "

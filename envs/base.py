@@ -22,6 +22,8 @@ from .parsing import ParsedAnswer, ParserConfig, parse_answer
 # Characters an answer may be sampled from by ``action_space.sample()``; the env
 # itself accepts any ``str``.
 _ANSWER_CHARSET = string.ascii_letters + string.digits + " <>/|_-.,:\n"
+#: The values of the ``instructions`` constructor argument.
+INSTRUCTION_STYLES = ("full", "compact")
 
 
 class TextEnv(gym.Env):
@@ -38,6 +40,10 @@ class TextEnv(gym.Env):
         max_turns: turns after which the episode is truncated (None: no limit;
             the trainer's own turn limit still applies).
         max_answer_chars: the ``action_space`` length bound (sampling only).
+        instructions: the style of :meth:`instructions`: ``"full"`` (the task, the
+            symbol legend, the actions and the budgets, for real LLMs) or
+            ``"compact"`` (the goal, the symbols that matter and the action names,
+            in a few words: a much shorter prompt for small models).
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -57,6 +63,7 @@ class TextEnv(gym.Env):
         max_turns: int | None = None,
         max_answer_chars: int = 512,
         render_mode: str | None = None,
+        instructions: str = "full",
     ) -> None:
         if not isinstance(action_budget, int) or action_budget < 1:
             raise ValueError(f"action_budget must be an int >= 1, got {action_budget!r}")
@@ -64,6 +71,11 @@ class TextEnv(gym.Env):
             raise ValueError(f"max_turns must be None or an int >= 1, got {max_turns!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if instructions not in INSTRUCTION_STYLES:
+            raise ValueError(
+                f"instructions must be one of {list(INSTRUCTION_STYLES)}, got {instructions!r}"
+            )
+        self.instructions_style = instructions
         self.action_budget = action_budget
         self.max_turns = max_turns
         self.format_penalty = float(format_penalty)
@@ -105,7 +117,17 @@ class TextEnv(gym.Env):
         return {}
 
     def instructions(self) -> str:
-        """Task, symbol legend, available actions and action budget, for the prompt."""
+        """The task description that opens the prompt, in the configured style."""
+        if self.instructions_style == "compact":
+            return self._compact_instructions()
+        return self._full_instructions()
+
+    def _full_instructions(self) -> str:
+        """Task, symbol legend, available actions and action budget."""
+        raise NotImplementedError
+
+    def _compact_instructions(self) -> str:
+        """The goal, the symbols that matter and the action names, in a few words."""
         raise NotImplementedError
 
     # ----- gymnasium API --------------------------------------------------------

@@ -169,7 +169,14 @@ class FrozenLakeEnv(TextEnv):
             rows.append("".join(row))
         return "\n".join(rows)
 
-    def instructions(self) -> str:
+    def _compact_instructions(self) -> str:
+        slip = " The ice is slippery." if self.is_slippery else ""
+        return (
+            f"Reach the goal G without falling into a hole O. P you.{slip}\n"
+            f"Actions: {', '.join(MOVES)}."
+        )
+
+    def _full_instructions(self) -> str:
         slip = (
             " The ice is slippery: a move goes in the intended direction only one time in "
             "three, otherwise to one of the two perpendicular directions."

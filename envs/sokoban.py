@@ -276,9 +276,18 @@ class SokobanEnv(TextEnv):
     def _render_text(self) -> str:
         return render_room(self.state(), self.vocab)
 
-    def instructions(self) -> str:
+    def _legend(self) -> str:
         sym = VOCABS[self.vocab]
-        legend = ", ".join(f"{sym[role]} {words}" for role, words in _LEGEND.items())
+        return ", ".join(f"{sym[role]} {words}" for role, words in _LEGEND.items())
+
+    def _compact_instructions(self) -> str:
+        return (
+            f"Sokoban puzzle: push every box onto a target.\nSymbols: {self._legend()}.\n"
+            f"Actions: {', '.join(MOVES)}."
+        )
+
+    def _full_instructions(self) -> str:
+        legend = self._legend()
         return (
             "You are solving a Sokoban puzzle: push every box onto a target. Walking into a "
             "box pushes it one cell; you cannot pull boxes, and a box blocked by a wall or "

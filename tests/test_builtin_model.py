@@ -82,11 +82,14 @@ def test_prompts_encode_losslessly_and_grids_cell_by_cell(tokenizer, env_id):
         assert tokenizer.decode(prompt) == rendered
         assert not unknown & set(prompt)
         assert max(prompt) < len(tokenizer)
-        # Every word of the instructions is one token: no word splits into pieces.
-        for word in env.instructions().replace("\n", " ").split():
-            word = word.strip(".,:()'")
-            if word.isalpha():
-                assert len(ids_of(tokenizer, " " + word)) == 1, word
+        # Every word of the instructions, in both styles, is one token.
+        compact = gym.make(env_id, instructions="compact").unwrapped
+        compact.reset(seed=seed)
+        for text in (env.instructions(), compact.instructions()):
+            for word in text.replace("\n", " ").split():
+                word = word.strip(".,:()'")
+                if word.isalpha():
+                    assert len(ids_of(tokenizer, " " + word)) == 1, word
         obs, reward, *_, info = env.step("<think> x </think> <answer> Left </answer>")
         more = fmt.continuation_ids(render_turn(2, obs, info["actions_left"], reward), True)
         assert not unknown & set(more)

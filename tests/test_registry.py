@@ -89,3 +89,18 @@ def test_step_never_raises_and_penalty_is_exact(env_id, texts):
         assert info["num_actions"] <= len(parsed.actions)
         if term or trunc:
             break
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_compact_instructions_are_short_and_name_every_action(env_id):
+    full = gym.make(env_id).unwrapped
+    compact = gym.make(env_id, instructions="compact").unwrapped
+    full.reset(seed=3)
+    compact.reset(seed=3)
+    short = compact.instructions()
+    assert len(short) < len(full.instructions()) / 2, short
+    assert all(name in short for name in compact.action_names), short
+    # Only the prompt changes: same states, same dynamics.
+    assert compact.reset(seed=5)[0] == full.reset(seed=5)[0]
+    with pytest.raises(ValueError, match="instructions must be one of"):
+        gym.make(env_id, instructions="terse")
