@@ -36,8 +36,7 @@ import gymnasium as gym
 def env_modules(config: Any) -> list[str]:
     """The modules to import for ``config.env``: ``env_module`` entries, then the
     module part of a ``module:EnvId`` id."""
-    named = config.env_module
-    modules = [] if named is None else [named] if isinstance(named, str) else list(named)
+    modules = _named(config.env_module)
     if isinstance(config.env, str) and ":" in config.env:
         modules.append(config.env.split(":", 1)[0])
     return modules
