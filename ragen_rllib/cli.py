@@ -354,23 +354,20 @@ def train(args: argparse.Namespace) -> int:
     configs = {
         name: build_config(exp, config_override, name=name) for name, exp in experiments.items()
     }
-    if args.dry_run:
-        for name, (_, grid) in configs.items():
-            points = len(list(itertools.product(*grid.values())))
-            print(f"experiment {name!r}: OK ({points} config(s) checked)")
-        return 0
-
     storages = {
         name: os.path.abspath(
-            os.path.expanduser(
-                args.storage_path or exp.get("storage_path") or os.path.expanduser("~/ray_results")
-            )
+            os.path.expanduser(args.storage_path or exp.get("storage_path") or "~/ray_results")
         )
         for name, exp in experiments.items()
     }
     if args.resume:
         for name in experiments:
             check_resumable(os.path.join(storages[name], name), name)
+    if args.dry_run:
+        for name, (_, grid) in configs.items():
+            points = len(list(itertools.product(*grid.values())))
+            print(f"experiment {name!r}: OK ({points} config(s) checked)")
+        return 0
 
     import ray
     from ray import tune

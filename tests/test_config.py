@@ -385,6 +385,13 @@ def test_dry_run_checks_every_grid_point_and_starts_no_ray(tmp_path):
     assert not ray.is_initialized()
     rc, output = _main("train", "file", str(path), "--dry-run", "--stop", '{"x": "y"}')
     assert rc == 2 and "--stop x='y'" in output
+    # With --resume, the experiment to resume must exist under the storage path.
+    storage = tmp_path / "results"
+    rc, output = _main(
+        "train", "file", str(path), "--dry-run", "--resume", "--storage-path", str(storage)
+    )
+    assert rc == 2 and f"--resume: no experiment 'exp' to resume under {storage}/exp" in output
+    assert not ray.is_initialized()
 
 
 @pytest.mark.skipif(
