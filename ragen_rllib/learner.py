@@ -115,7 +115,8 @@ class StarPOTorchLearner(TorchLearner):
     def apply_gradients(self, gradients_dict) -> None:
         """Skip the optimizer step when the loss or the gradient norm is not finite."""
         grads = [g for g in gradients_dict.values() if g is not None]
-        norm = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]).sum()
+        norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+        norm = torch.linalg.vector_norm(norms)  # the global norm: inf or NaN if any part is
         finite = self._loss_finite and bool(torch.isfinite(norm))
         for module_id in self.module.keys():
             self.metrics.log_value((module_id, "skipped_nonfinite"), int(not finite), reduce="sum")
