@@ -448,12 +448,8 @@ class StarPOConfig(AlgorithmConfig):
 
     def check_model(self) -> None:
         """Resolve ``llm`` (building the built-in model on first use); a missing local
-        path, or a hub id that cannot be loaded within seconds, raises FileNotFoundError."""
-        if not isinstance(self.llm, str) or not self.llm.strip():
-            raise ValueError(
-                f"config llm={self.llm!r} is invalid: must be 'builtin', 'builtin-raw', a local "
-                "model directory or a Hugging Face hub id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
-            )
+        path, or a hub id that cannot be loaded within seconds, raises FileNotFoundError.
+        Runs after :meth:`check_values`, which has checked that ``llm`` is a string."""
         model_path = self.llm_module_config()["model_path"]  # a missing local path raises
         if not os.path.isdir(model_path):
             # A hub id: load its config now (from the cache, else from a reachable hub
