@@ -27,6 +27,7 @@ from typing import Any
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from .context import PROMPT_STYLES
 from .hub import load_hub_config
 
 ADVANTAGE_ESTIMATORS = ("gae", "grpo", "bilevel_gae")
@@ -42,7 +43,7 @@ ROLLOUT_DEVICES = ("auto", "cpu", "cuda")
 # StarPOConfig, so RLlib's to_dict()/update_from_dict() carry them through Tune.
 STARPO_DEFAULTS: dict[str, Any] = {
     # --- model and rollout ---------------------------------------------------------
-    "llm": "builtin",  # "builtin" (warm-started), "builtin-raw", a local HF dir or a hub id
+    "llm": "builtin",  # "builtin" (pretrained, shipped), "builtin-raw", a local HF dir or a hub id
     "model_dtype": "float32",  # engine weights and learner compute dtype ("bfloat16" on GPUs)
     "engine": "hf",  # rollout engine: "hf" (transformers; the CPU default)
     "rollout_device": "auto",  # where the engine runs: "auto" (cuda if visible), "cpu", "cuda"
@@ -54,6 +55,9 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "temperature": 1.0,  # sampling temperature for training rollouts (paper 1.0)
     "top_p": 1.0,  # nucleus sampling mass
     "prefill": "<think>",  # text placed at the start of every answer (not generated, no loss)
+    # "full": system message, turn number, actions left and format reminder in every
+    # user message (real LLMs); "compact": only the observation (small models).
+    "prompt_style": "full",
     "rollout_batch_size": 256,  # sequences per engine forward batch at most
     # --- environment -----------------------------------------------------------------
     # Module(s) imported in every process (config check, trial, env runners) before
@@ -153,6 +157,7 @@ _CHOICES = {
     "grpo_norm": GRPO_NORMS,
     "filter_mode": FILTER_MODES,
     "engine": ENGINES,
+    "prompt_style": PROMPT_STYLES,
     "model_dtype": DTYPES,
     "rollout_device": ROLLOUT_DEVICES,
     "kl_estimator": ("k1", "k2", "k3", "abs"),

@@ -23,7 +23,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from .context import ChatFormat, Trajectory, first_user_text, render_turn
+from .context import ChatFormat, Trajectory, first_user_text, render_turn, system_prompt_for
 from .engine import HFEngine, SamplingParams
 from .env_loading import actions_left_of, import_env_modules, make_env, success_of
 from .metrics import rollout_metrics
@@ -74,7 +74,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
         self._model_path = resolve_model(config.llm)
         self.tokenizer = AutoTokenizer.from_pretrained(self._model_path)
-        self.chat = ChatFormat(self.tokenizer, prefill=config.prefill)
+        self.chat = ChatFormat(
+            self.tokenizer,
+            system_prompt=system_prompt_for(config.prompt_style),
+            prefill=config.prefill,
+        )
         pad = self.tokenizer.pad_token_id
         self.engine = HFEngine(
             self._model_path,
@@ -200,7 +204,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
                 self._env_error(traj, "reset", err)
                 continue
-            first = first_user_text(env.unwrapped, obs, actions_left_of(info))
+            first = first_user_text(env.unwrapped, obs, actions_left_of(info), cfg.prompt_style)
             traj.append_context(self.chat.prompt_ids(first))
             if len(traj.input_ids) + params.max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(
@@ -239,7 +243,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                     self._finish(traj, gen.ended_with_eos, reason)
                     continue
                 nxt = self.chat.continuation_ids(
-                    render_turn(turn + 1, obs, actions_left_of(info), reward), gen.ended_with_eos
+                    render_turn(turn + 1, obs, actions_left_of(info), reward, cfg.prompt_style),
+                    gen.ended_with_eos,
                 )
                 if len(traj.input_ids) + len(nxt) + params.max_new_tokens > cfg.max_context_tokens:
                     logger.info("trajectory seed %d ends: context would overflow", traj.seed)
