@@ -17,22 +17,21 @@ observations of every registered id over many seeds), the prompt framing of
 :mod:`ragen_rllib.context`, and the numbers that rendered rewards and budgets
 use, so rendered prompts contain no ``<unk>``.
 
-Warm start (``warm_start=True``, the ``builtin`` model; ``builtin-raw`` skips
-it): a few hundred AdamW steps of supervised training on prompts rendered
-exactly as the rollout renders them (first turns, and later turns after a
-first answer, across all registered envs), with loss only on the answers
-(the tokens inside ``<answer>...</answer>`` weighted up). Every batch holds
-the same number of sequences of every env, so each step asks for the arm
-names of all four bandits at once and the model learns to read them from the
-prompt (with one env per batch it only learnt how often each name occurs).
-What it learns is the answer FORMAT: a few filler words, ``</think>``,
-``<answer>``, one to three valid action names of that env (exactly one arm
-name, copied from the prompt, for the bandits) joined by ``||``,
-``</answer>``, then stopping with ``<|im_end|>``. What it does not learn is
-which action is good: the target actions are drawn uniformly at random and
-never depend on the state, so the warm-started policy succeeds about as often
-as a random agent and reinforcement learning has to find the policy.
-:func:`format_valid_rate` measures the share of well-formed, valid answers.
+Pretraining (``pretrained=True``, the ``builtin`` model; ``builtin-raw`` skips
+it): next-token training on transcripts of random play over every registered
+env id, rendered exactly as rollouts render them (both prompt styles of
+:mod:`ragen_rllib.context`, both instruction styles of the envs), with the loss
+on every token: instructions, observations, rewards and answers. So the model
+learns to read the states, what each action does to them and the answer
+format (a few filler words, ``</think>``, ``<answer>``, one to three valid
+action names joined by ``||`` (exactly one arm name, copied from the prompt,
+for the bandits), ``</answer>``, then ``<|im_end|>``). It learns no policy:
+the actions are drawn uniformly from the valid ones and never depend on the
+state, so the pretrained model succeeds about as often as a random agent
+(``bench/bench_no_policy.py`` measures it) and reinforcement learning has to
+find the policy. The default build ships with the package
+(:mod:`ragen_rllib.builtin_build`); :func:`format_valid_rate` measures the
+share of well-formed, valid answers.
 """
 
 from __future__ import annotations
@@ -67,19 +66,28 @@ from transformers import (
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
 import ragen_envs
+from ragen_envs.base import INSTRUCTION_STYLES
 
-from .context import FORMAT_HINT, SYSTEM_PROMPT, ChatFormat, first_user_text, render_turn
+from .context import (
+    FORMAT_HINT,
+    PROMPT_STYLES,
+    SYSTEM_PROMPT,
+    ChatFormat,
+    first_user_text,
+    render_turn,
+    system_prompt_for,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Bump when the build changes in a way the parameters below do not capture.
-BUILD_VERSION = 2
-BUILTIN_NAMES = {"builtin": True, "builtin-raw": False}  # name -> warm start
+BUILD_VERSION = 3
+BUILTIN_NAMES = {"builtin": True, "builtin-raw": False}  # name -> pretrained
 
 PAD, IM_START, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 SEPARATOR = "||"
-#: Words the warm start's think text is drawn from.
+#: Words the think text of the pretraining transcripts is drawn from.
 FILLER_WORDS = ("let", "me", "think", "I", "will", "go", "try", "this", "move", "next", "then")
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
@@ -103,13 +111,13 @@ class BuiltinSpec:
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
     corpus_seeds: int = 50  # env seeds whose texts make up the vocabulary
-    warm_start_steps: int = 400  # 240 fails to learn the arm names; 300 has a small margin
-    warm_start_batch: int = 18  # sequences per step, the envs in turn (2 of each of the 9)
-    warm_start_chunk: int = 6  # sequences per forward pass, sorted by length
-    warm_start_lr: float = 3e-3
-    warm_start_max_turns: int = 3  # answers per training sequence at most
-    warm_start_multi_turn: float = 0.25  # share of training sequences with more than one answer
-    warm_start_action_weight: float = 3.0  # loss weight of the tokens inside <answer>...</answer>
+    pretrain_steps: int = 2000
+    pretrain_batch: int = 18  # transcripts per step, the envs in turn (2 of each of the 9)
+    pretrain_chunk: int = 6  # transcripts per forward pass, sorted by length
+    pretrain_lr: float = 3e-3
+    pretrain_max_turns: int = 6  # answers per transcript at most
+    compact_share: float = 0.7  # share of compact prompts, and of compact instructions
+    observation_weight: float = 4.0  # loss weight of the user messages after an answer
 
     def __post_init__(self) -> None:
         if self.head_dim < 32:
@@ -271,80 +279,81 @@ def _random_answer(rng: np.random.Generator, env: Any) -> str:
     return f" {think} </think> <answer> {actions} </answer>"
 
 
-def _training_sequence(
-    rng: np.random.Generator, env: Any, fmt: ChatFormat, spec: BuiltinSpec
-) -> tuple[list[int], list[int], list[float]]:
-    """One rendered trajectory: (input ids, labels with -100 outside the answers, loss weights).
+class _Corpus:
+    """Transcripts of random play, rendered exactly as rollouts render them.
 
-    The weight is ``spec.warm_start_action_weight`` on the answer body (the
-    action names and separators between ``<answer>`` and ``</answer>``), 1 on
-    the other answer tokens and 0 outside the answers.
-
-    A share ``spec.warm_start_multi_turn`` goes on after the first answer, for
-    up to ``spec.warm_start_max_turns`` answers, so later-turn contexts are seen too.
+    Each transcript draws its prompt style (``compact`` with probability
+    ``spec.compact_share``, else ``full``) and, independently, the env's
+    instruction style the same way, so the model reads all four combinations.
+    Every turn's answer is :func:`_random_answer`: the actions are uniform over
+    the valid ones and never depend on the state, so the corpus holds no policy.
     """
-    obs, info = env.reset(seed=int(rng.integers(2**31)))
-    ids = fmt.prompt_ids(first_user_text(env, obs, info["actions_left"]))
-    labels = [-100] * len(ids)
-    weights = [0.0] * len(ids)
-    tokenizer = fmt.tokenizer
-    open_id, close_id = tokenizer.convert_tokens_to_ids(["<answer>", "</answer>"])
-    multi = rng.random() < spec.warm_start_multi_turn
-    turns = int(rng.integers(2, spec.warm_start_max_turns + 1)) if multi else 1
-    for turn in range(1, turns + 1):
-        answer = _random_answer(rng, env)
-        answer_ids = tokenizer.encode(answer, add_special_tokens=False) + [fmt.eos_token_id]
-        start, end = answer_ids.index(open_id) + 1, answer_ids.index(close_id)
-        body = [1.0] * start + [spec.warm_start_action_weight] * (end - start)
-        ids, labels = ids + answer_ids, labels + answer_ids
-        weights += body + [1.0] * (len(answer_ids) - end)
-        obs, reward, terminated, truncated, info = env.step("<think>" + answer)
-        if terminated or truncated or turn == turns:
-            break
-        user = render_turn(turn + 1, obs, info["actions_left"], reward)
-        more = fmt.continuation_ids(user, ended_with_eos=True)
-        ids, labels, weights = ids + more, labels + [-100] * len(more), weights + [0.0] * len(more)
-    return ids, labels, weights
+
+    def __init__(self, tokenizer: Any, spec: BuiltinSpec):
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.env_ids = sorted(ragen_envs.ENV_IDS)
+        self.envs = {
+            (env_id, style): gym.make(env_id, instructions=style).unwrapped
+            for env_id in self.env_ids
+            for style in INSTRUCTION_STYLES
+        }
+        self.formats = {
+            style: ChatFormat(tokenizer, system_prompt=system_prompt_for(style), prefill="<think>")
+            for style in PROMPT_STYLES
+        }
+
+    def _style(self, rng: np.random.Generator) -> str:
+        return "compact" if rng.random() < self.spec.compact_share else "full"
+
+    def transcript(
+        self, rng: np.random.Generator, env_id: str
+    ) -> tuple[list[int], list[int]]:
+        """(token ids, kinds): kind 0 = prompt and framing, 1 = answer, 2 = observation text.
+
+        The episode runs until the env ends it or ``spec.pretrain_max_turns`` answers.
+        """
+        prompt_style, instructions = self._style(rng), self._style(rng)
+        env, fmt = self.envs[(env_id, instructions)], self.formats[prompt_style]
+        obs, info = env.reset(seed=int(rng.integers(2**31)))
+        ids = fmt.prompt_ids(first_user_text(env, obs, info["actions_left"], prompt_style))
+        kinds = [0] * len(ids)
+        for turn in range(1, self.spec.pretrain_max_turns + 1):
+            answer = _random_answer(rng, env)
+            answer_ids = self.tokenizer.encode(answer, add_special_tokens=False)
+            answer_ids.append(fmt.eos_token_id)
+            ids, kinds = ids + answer_ids, kinds + [1] * len(answer_ids)
+            obs, reward, terminated, truncated, info = env.step("<think>" + answer)
+            if terminated or truncated or turn == self.spec.pretrain_max_turns:
+                closing = fmt.closing_ids(ended_with_eos=True)
+                return ids + closing, kinds + [0] * len(closing)
+            user = render_turn(turn + 1, obs, info["actions_left"], reward, prompt_style)
+            more = fmt.continuation_ids(user, ended_with_eos=True)
+            ids, kinds = ids + more, kinds + [2] * len(more)
+        raise AssertionError("unreachable")
 
 
-def _batch(
-    examples: list[tuple[list[int], list[int], list[float]]], pad_id: int
-) -> dict[str, torch.Tensor]:
-    width = max(len(ids) for ids, _, _ in examples)
+def _batch(examples: list[tuple[list[int], list[float]]], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(ids) for ids, _ in examples)
     input_ids = torch.full((len(examples), width), pad_id)  # [B, T]
-    labels = torch.full((len(examples), width), -100)  # [B, T]
-    weights = torch.zeros((len(examples), width))  # [B, T]
+    weights = torch.zeros((len(examples), width))  # [B, T]: loss weight of predicting token t
     attention_mask = torch.zeros((len(examples), width), dtype=torch.long)  # [B, T]
-    for row, (ids, labs, wts) in enumerate(examples):
+    for row, (ids, wts) in enumerate(examples):
         input_ids[row, : len(ids)] = torch.tensor(ids)
-        labels[row, : len(labs)] = torch.tensor(labs)
-        weights[row, : len(wts)] = torch.tensor(wts)
+        weights[row, : len(ids)] = torch.tensor(wts)
         attention_mask[row, : len(ids)] = 1
-    return {
-        "input_ids": input_ids,
-        "labels": labels,
-        "weights": weights,
-        "attention_mask": attention_mask,
-    }
+    return {"input_ids": input_ids, "weights": weights, "attention_mask": attention_mask}
 
 
-def _answer_loss(
-    model: Any,
-    input_ids: torch.Tensor,
-    labels: torch.Tensor,
-    weights: torch.Tensor,
-    attention_mask: torch.Tensor,
+def _lm_loss_sum(
+    model: Any, input_ids: torch.Tensor, weights: torch.Tensor, attention_mask: torch.Tensor
 ) -> torch.Tensor:
-    """Weighted SUM of the next-token cross-entropies over the answer tokens.
-
-    The LM head runs only where a label is predicted: most positions are
-    prompt, and with a vocabulary of ~1200 the head is a large part of the cost.
-    """
-    hidden = model.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    targets = labels[:, 1:]  # [B, T-1]: position t predicts token t+1
-    keep = targets != -100
-    logits = model.lm_head(hidden[:, :-1][keep])  # [N, V]
-    losses = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="none")  # [N]
+    """Weighted SUM of the next-token cross-entropies over every non-padding position."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]  # [B, T-1, V]
+    keep = attention_mask[:, 1:].bool()  # [B, T-1]: position t predicts token t+1
+    losses = torch.nn.functional.cross_entropy(
+        logits[keep], input_ids[:, 1:][keep], reduction="none"
+    )
     return (losses * weights[:, 1:][keep]).sum()
 
 
@@ -354,52 +363,66 @@ def _env_schedule(rng: np.random.Generator, num_envs: int) -> Iterator[int]:
         yield from (int(i) for i in rng.permutation(num_envs))
 
 
-def train_warm_start(model: Any, tokenizer: Any, spec: BuiltinSpec, seed: int) -> None:
-    """Supervised training on the answer format with random valid actions (see module doc).
+def pretrain(
+    model: Any, tokenizer: Any, spec: BuiltinSpec, seed: int, *, steps: int | None = None
+) -> list[float]:
+    """Next-token pretraining on random-play transcripts (see :class:`_Corpus`).
 
-    Every batch mixes the envs evenly (round robin), so each step's gradient
-    covers every env: with one env per batch, the four bandits' arm names
-    took turns in the output bias and the model never learnt to read the arm
-    names from the prompt. A batch is run in chunks of similar length (little
-    padding), and the loss is the weighted mean over the whole batch.
+    The loss covers every token (instructions, observations, rewards, answers),
+    so the model learns to read the states, what each action does to them and
+    the answer format, but no policy. The observations after an answer (what
+    the actions did) weigh ``spec.observation_weight``: they are the few hard
+    tokens among many easy ones. Every batch mixes the envs evenly (round
+    robin): with one env per batch, the bandits' arm names took turns in the
+    output bias and the model never learnt to read them from the prompt. A
+    batch runs in chunks of similar length (little padding); the loss is the
+    token mean over the whole batch. AdamW with linear warm-up and cosine decay
+    to 10%. Returns the loss of every step.
     """
+    steps = spec.pretrain_steps if steps is None else steps
     rng = np.random.default_rng(seed)
-    envs = _make_envs()
-    fmt = ChatFormat(tokenizer, prefill="<think>")
+    corpus = _Corpus(tokenizer, spec)
     torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warm_start_lr, weight_decay=0.01)
-    warmup = max(1, spec.warm_start_steps // 10)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.pretrain_lr, weight_decay=0.01)
+    warmup = max(1, steps // 20)
 
-    def lr_factor(step: int) -> float:  # linear warm-up, then cosine down to 10%
+    def lr_factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
-        progress = (step - warmup) / max(1, spec.warm_start_steps - warmup)
+        progress = (step - warmup) / max(1, steps - warmup)
         return 0.1 + 0.45 * (1.0 + math.cos(math.pi * progress))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     model.train()
-    env_list = [envs[env_id] for env_id in sorted(envs)]
-    schedule = _env_schedule(rng, len(env_list))
-    for step in range(spec.warm_start_steps):
-        examples = [
-            _training_sequence(rng, env_list[next(schedule)], fmt, spec)
-            for _ in range(spec.warm_start_batch)
-        ]
+    schedule = _env_schedule(rng, len(corpus.env_ids))
+    losses: list[float] = []
+    start = time.perf_counter()
+    for step in range(steps):
+        examples = []
+        for _ in range(spec.pretrain_batch):
+            ids, kinds = corpus.transcript(rng, corpus.env_ids[next(schedule)])
+            weights = [spec.observation_weight if kind == 2 else 1.0 for kind in kinds]
+            examples.append((ids, weights))
         examples.sort(key=lambda example: len(example[0]))  # stable: deterministic
-        total = sum(sum(weights) for _, _, weights in examples)
+        total = sum(sum(weights[1:]) for _, weights in examples)
         optimizer.zero_grad(set_to_none=True)
         loss = 0.0
-        for start in range(0, len(examples), spec.warm_start_chunk):
-            chunk = _batch(examples[start : start + spec.warm_start_chunk], tokenizer.pad_token_id)
-            chunk_loss = _answer_loss(model, **chunk) / total
+        for first in range(0, len(examples), spec.pretrain_chunk):
+            chunk = _batch(examples[first : first + spec.pretrain_chunk], tokenizer.pad_token_id)
+            chunk_loss = _lm_loss_sum(model, **chunk) / total
             chunk_loss.backward()
             loss += chunk_loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
-        if step % 50 == 0 or step == spec.warm_start_steps - 1:
-            logger.info("builtin model warm start: step %d loss %.4f", step, loss)
+        losses.append(loss)
+        if step % 100 == 0 or step == steps - 1:
+            logger.info(
+                "builtin model pretraining: step %d/%d loss %.4f (%.0f s)",
+                step, steps, loss, time.perf_counter() - start,
+            )
     model.eval()
+    return losses
 
 
 # ----- evaluation -----------------------------------------------------------------
@@ -411,22 +434,29 @@ def format_valid_rate(
     *,
     seed: int = 0,
     max_new_tokens: int = 48,
+    prompt_style: str = "full",
 ) -> float:
     """Share of ``n`` sampled first-turn answers that parse as valid (format and actions).
 
-    Prompts cycle over every registered env id (reset seeds 100000+i); each
+    Prompts cycle over every registered env id (reset seeds 100000+i), rendered
+    in ``prompt_style`` with the env's instructions in the same style; each
     answer is ``"<think>"`` plus the generated text up to ``<|im_end|>``, which
     must have been generated within ``max_new_tokens``.
     """
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    fmt = ChatFormat(tokenizer, prefill="<think>")
-    envs = _make_envs()
+    fmt = ChatFormat(tokenizer, system_prompt=system_prompt_for(prompt_style), prefill="<think>")
+    envs = {
+        env_id: gym.make(env_id, instructions=prompt_style).unwrapped
+        for env_id in ragen_envs.ENV_IDS
+    }
     env_ids = [list(envs)[i % len(envs)] for i in range(n)]
     prompts = []
     for i, env_id in enumerate(env_ids):
-        obs, info = envs[env_id].reset(seed=100_000 + i)
-        prompts.append(fmt.prompt_ids(first_user_text(envs[env_id], obs, info["actions_left"])))
+        env = envs[env_id]
+        obs, info = env.reset(seed=100_000 + i)
+        text = first_user_text(env, obs, info["actions_left"], prompt_style)
+        prompts.append(fmt.prompt_ids(text))
     width = max(map(len, prompts))  # left padding, so every answer starts at column `width`
     input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
     attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
@@ -462,7 +492,7 @@ def default_cache_dir() -> str:
 def builtin_model_dir(
     name: str = "builtin",
     *,
-    warm_start: bool = True,
+    pretrained: bool = True,
     seed: int = 0,
     cache_dir: str | None = None,
     spec: BuiltinSpec | None = None,
@@ -470,35 +500,48 @@ def builtin_model_dir(
     """Where :func:`get_builtin_model` keeps this build (it may not exist yet)."""
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ValueError(f"builtin model name must match {_NAME_RE.pattern}, got {name!r}")
-    spec = spec or BuiltinSpec()
+    digest = build_key(pretrained, seed, spec or BuiltinSpec())
+    return os.path.join(cache_dir or default_cache_dir(), f"{name}-{digest}")
+
+
+def build_key(pretrained: bool, seed: int, spec: BuiltinSpec) -> str:
+    """Digest of every build parameter, the vocabulary and :data:`BUILD_VERSION`."""
     key = {
         "build_version": BUILD_VERSION,
-        "warm_start": bool(warm_start),
+        "pretrained": bool(pretrained),
         "seed": int(seed),
         "spec": asdict(spec),
         "vocab": build_vocab(spec.corpus_seeds),
     }
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return os.path.join(cache_dir or default_cache_dir(), f"{name}-{digest}")
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def get_builtin_model(
     name: str = "builtin",
     *,
-    warm_start: bool = True,
+    pretrained: bool = True,
     seed: int = 0,
     cache_dir: str | None = None,
     spec: BuiltinSpec | None = None,
 ) -> str:
     """Path of the built-in model's Hugging Face directory, building it on first use.
 
-    The folder name hashes every build parameter, the vocabulary and
-    :data:`BUILD_VERSION`. A build happens in a temporary folder that is then
+    The default pretrained build (``builtin``, seed 0, default spec) ships with
+    the package (``ragen_rllib/builtin/``, see :mod:`ragen_rllib.builtin_build`)
+    and is returned as it is when its recorded key matches this code. Any other
+    build goes to the cache; its folder name hashes every build parameter, the
+    vocabulary and :data:`BUILD_VERSION`. A build happens in a temporary folder that is then
     renamed into place, so concurrent builders never see half a model.
     """
     spec = spec or BuiltinSpec()
+    if name == "builtin" and pretrained:
+        from .builtin_build import packaged_model
+
+        shipped = packaged_model(build_key(True, seed, spec))
+        if shipped is not None:
+            return shipped
     final = builtin_model_dir(
-        name, warm_start=warm_start, seed=seed, cache_dir=cache_dir, spec=spec
+        name, pretrained=pretrained, seed=seed, cache_dir=cache_dir, spec=spec
     )
     if os.path.isdir(final):
         return final
@@ -512,14 +555,14 @@ def get_builtin_model(
         logger.info(
             "building the built-in model %s (once; %s)",
             final,
-            f"{spec.warm_start_steps} warm-start steps, a few minutes on a CPU"
-            if warm_start
+            f"{spec.pretrain_steps} pretraining steps, minutes on a CPU"
+            if pretrained
             else "seconds",
         )
         tokenizer = build_tokenizer(*build_vocab(spec.corpus_seeds))
         model = build_model(tokenizer, spec, seed)
-        if warm_start:
-            train_warm_start(model, tokenizer, spec, seed)
+        if pretrained:
+            pretrain(model, tokenizer, spec, seed)
         model.generation_config = GenerationConfig(
             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
         )
@@ -541,7 +584,7 @@ def resolve_model(name_or_path: str, *, cache_dir: str | None = None) -> str:
     """What ``from_pretrained`` should load for a config's ``model`` value.
 
     ``"builtin"`` / ``"builtin-raw"`` build (or find) the built-in model with /
-    without warm start; an existing local directory is returned (``~``
+    without pretraining; an existing local directory is returned (``~``
     expanded); anything that looks like a local path but does not exist raises
     FileNotFoundError; anything else is taken for a hub id and returned unchanged.
     """
@@ -551,7 +594,7 @@ def resolve_model(name_or_path: str, *, cache_dir: str | None = None) -> str:
         )
     if name_or_path in BUILTIN_NAMES:
         return get_builtin_model(
-            name_or_path, warm_start=BUILTIN_NAMES[name_or_path], cache_dir=cache_dir
+            name_or_path, pretrained=BUILTIN_NAMES[name_or_path], cache_dir=cache_dir
         )
     path = os.path.expanduser(name_or_path)
     if os.path.isdir(path):

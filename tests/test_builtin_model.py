@@ -1,8 +1,11 @@
-"""The built-in model: tokenizer, chat format, cached build, resolve_model, warm start."""
+"""The built-in model: tokenizer, chat format, cached build, resolve_model, shipped weights."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+from importlib import metadata
 
 import gymnasium as gym
 import pytest
@@ -10,8 +13,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import ragen_envs
+from ragen_rllib import builtin_build
+from ragen_rllib.builtin_build import INFO_FILE, PACKAGED_DIR, file_digests, packaged_model
 from ragen_rllib.builtin_model import (
     BuiltinSpec,
+    build_key,
     build_tokenizer,
     build_vocab,
     builtin_model_dir,
@@ -19,7 +25,13 @@ from ragen_rllib.builtin_model import (
     get_builtin_model,
     resolve_model,
 )
-from ragen_rllib.context import SYSTEM_PROMPT, ChatFormat, first_user_text, render_turn
+from ragen_rllib.context import (
+    SYSTEM_PROMPT,
+    ChatFormat,
+    first_user_text,
+    render_turn,
+    system_prompt_for,
+)
 
 FILES = (
     "config.json",
@@ -28,8 +40,8 @@ FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
 )
-# A short warm start: enough to check determinism, not to learn anything.
-TINY_WARM = BuiltinSpec(warm_start_steps=3, warm_start_batch=4, warm_start_chunk=2)
+# A short pretraining: enough to check determinism, not to learn anything.
+TINY = BuiltinSpec(pretrain_steps=3, pretrain_batch=4, pretrain_chunk=2, pretrain_max_turns=2)
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +52,14 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def raw_model(tmp_path_factory):
     return get_builtin_model(
-        "builtin-raw", warm_start=False, cache_dir=str(tmp_path_factory.mktemp("cache"))
+        "builtin-raw", pretrained=False, cache_dir=str(tmp_path_factory.mktemp("cache"))
     )
 
 
 @pytest.fixture(scope="module")
-def warm_model(tmp_path_factory):
-    """The default build: reused from the user's cache when there, else built once here."""
-    cached = builtin_model_dir("builtin")
-    if os.path.isdir(cached):
-        return cached
-    return get_builtin_model("builtin", cache_dir=str(tmp_path_factory.mktemp("warm")))
+def shipped_model():
+    """The default ``builtin`` model: the weights that ship with the package."""
+    return resolve_model("builtin")
 
 
 def ids_of(tokenizer, text):
@@ -139,6 +148,23 @@ def test_chat_format_pieces(tokenizer):
     assert fmt.closing_ids(ended_with_eos=True) == ids_of(tokenizer, "\n")
 
 
+def test_compact_prompt_style(tokenizer):
+    env = gym.make("ragen/FrozenLakeNoSlip-v0", instructions="compact").unwrapped
+    obs, info = env.reset(seed=0)
+    fmt = ChatFormat(tokenizer, system_prompt=system_prompt_for("compact"), prefill="<think>")
+    first = first_user_text(env, obs, info["actions_left"], "compact")
+    assert first == env.instructions() + "\n" + obs  # no turn header, budget or format hint
+    prompt = tokenizer.decode(fmt.prompt_ids(first))
+    assert prompt == f"<|im_start|>user\n{first}<|im_end|>\n<|im_start|>assistant\n<think>"
+    assert render_turn(2, obs, 7, 0.0, "compact") == "Reward: 0.00\n" + obs
+    full = ChatFormat(tokenizer, prefill="<think>").prompt_ids(
+        first_user_text(gym.make("ragen/FrozenLakeNoSlip-v0").unwrapped, obs, 10)
+    )
+    assert len(fmt.prompt_ids(first)) * 3 < len(full)  # about 50 tokens against 175
+    with pytest.raises(ValueError, match="prompt_style"):
+        render_turn(1, obs, 1, None, "short")
+
+
 # ----- the saved model ------------------------------------------------------------
 def test_raw_build_loads_with_auto_classes(raw_model, tokenizer):
     assert all(os.path.isfile(os.path.join(raw_model, f)) for f in FILES)
@@ -164,31 +190,31 @@ def test_raw_build_loads_with_auto_classes(raw_model, tokenizer):
 
 
 def test_build_is_deterministic_and_cached(raw_model, tmp_path):
-    again = get_builtin_model("builtin-raw", warm_start=False, cache_dir=str(tmp_path))
+    again = get_builtin_model("builtin-raw", pretrained=False, cache_dir=str(tmp_path))
     assert os.path.basename(again) == os.path.basename(raw_model)
     for name in FILES:
         with open(os.path.join(raw_model, name), "rb") as a:
             with open(os.path.join(again, name), "rb") as b:
                 assert a.read() == b.read(), name
     stamp = os.stat(os.path.join(again, "model.safetensors")).st_mtime_ns
-    assert get_builtin_model("builtin-raw", warm_start=False, cache_dir=str(tmp_path)) == again
+    assert get_builtin_model("builtin-raw", pretrained=False, cache_dir=str(tmp_path)) == again
     assert os.stat(os.path.join(again, "model.safetensors")).st_mtime_ns == stamp
     assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
     # Other parameters, other folders.
-    other_seed = builtin_model_dir("builtin-raw", warm_start=False, seed=1, cache_dir=str(tmp_path))
+    other_seed = builtin_model_dir("builtin-raw", pretrained=False, seed=1, cache_dir=str(tmp_path))
     assert other_seed != again
-    assert builtin_model_dir("builtin-raw", warm_start=True, cache_dir=str(tmp_path)) != again
+    assert builtin_model_dir("builtin-raw", pretrained=True, cache_dir=str(tmp_path)) != again
 
 
-def test_warm_start_is_deterministic(tmp_path):
+def test_pretraining_is_deterministic(tmp_path):
     paths = [
-        get_builtin_model("tiny", seed=7, cache_dir=str(tmp_path / d), spec=TINY_WARM)
+        get_builtin_model("tiny", seed=7, cache_dir=str(tmp_path / d), spec=TINY)
         for d in ("a", "b")
     ]
-    raw = get_builtin_model("tiny", warm_start=False, seed=7, cache_dir=str(tmp_path / "c"))
+    raw = get_builtin_model("tiny", pretrained=False, seed=7, cache_dir=str(tmp_path / "c"))
     blobs = [open(os.path.join(p, "model.safetensors"), "rb").read() for p in (*paths, raw)]
     assert blobs[0] == blobs[1]
-    assert blobs[0] != blobs[2]  # the warm start did change the weights
+    assert blobs[0] != blobs[2]  # the pretraining did change the weights
 
 
 def test_spec_rejects_small_head_dim():
@@ -222,11 +248,55 @@ def test_resolve_model(raw_model, tmp_path, monkeypatch):
         resolve_model("")
 
 
-# ----- warm start -----------------------------------------------------------------
+# ----- the shipped model -----------------------------------------------------------
+def test_builtin_resolves_to_the_shipped_weights_without_a_build(shipped_model, tmp_path):
+    assert shipped_model == PACKAGED_DIR
+    # No build happens: the cache stays empty.
+    assert resolve_model("builtin", cache_dir=str(tmp_path)) == PACKAGED_DIR
+    assert os.listdir(tmp_path) == []
+    with open(os.path.join(PACKAGED_DIR, INFO_FILE)) as f:
+        info = json.load(f)
+    assert info["key"] == build_key(True, 0, BuiltinSpec())
+    assert info["sha256"] == file_digests(PACKAGED_DIR)
+    assert set(info["versions"]) >= {"python", "torch", "transformers", "numpy"}
+    size = sum(os.path.getsize(os.path.join(PACKAGED_DIR, f)) for f in os.listdir(PACKAGED_DIR))
+    assert size < 8 * 2**20
+
+
 @pytest.mark.slow
-def test_warm_started_model_answers_in_format(warm_model, raw_model):
-    assert resolve_model("builtin", cache_dir=os.path.dirname(warm_model)) == warm_model
-    # Sampled answers of every env (10 prompts each), under five sampling seeds.
-    rates = [format_valid_rate(warm_model, n=90, temperature=1.0, seed=s) for s in range(5)]
-    assert min(rates) >= 0.85, rates
-    assert format_valid_rate(raw_model, n=18, temperature=1.0) < 0.2
+@pytest.mark.parametrize("style", ["compact", "full"])
+def test_shipped_model_answers_in_format(shipped_model, raw_model, style):
+    """Loaded with the Auto classes (inside format_valid_rate): sampled first answers of
+    every env (10 prompts each) at temperature 1, under five sampling seeds."""
+    rates = [
+        format_valid_rate(shipped_model, n=90, temperature=1.0, seed=s, prompt_style=style)
+        for s in range(5)
+    ]
+    assert min(rates) >= 0.9, rates
+    assert format_valid_rate(raw_model, n=18, temperature=1.0, prompt_style=style) < 0.2
+
+
+def test_stale_or_damaged_shipped_weights(tmp_path, caplog):
+    copy = str(tmp_path / "builtin")
+    shutil.copytree(PACKAGED_DIR, copy)
+    key = build_key(True, 0, BuiltinSpec())
+    assert packaged_model(key, copy) == copy
+    assert packaged_model("another-key", copy) is None  # stale: the caller builds instead
+    assert "built by other code" in caplog.text
+    with open(os.path.join(copy, "config.json"), "a") as f:
+        f.write(" ")
+    with pytest.raises(RuntimeError, match=r"damaged: \['config.json'\]"):
+        packaged_model(key, copy)
+    assert packaged_model(key, str(tmp_path / "absent")) is None
+
+
+def test_build_script_short_run(tmp_path):
+    out = str(tmp_path / "model")
+    assert builtin_build.main(["--steps", "2", "--out", out, "--threads", "1", "--no-checks"]) == 0
+    with open(os.path.join(out, INFO_FILE)) as f:
+        info = json.load(f)
+    assert info["steps"] == 2 and info["key"] is None  # a short run is not the shipped build
+    assert info["sha256"] == file_digests(out) and "model.safetensors" in info["sha256"]
+    assert info["versions"]["torch"] == metadata.version("torch")
+    AutoTokenizer.from_pretrained(out)
+    AutoModelForCausalLM.from_pretrained(out)
