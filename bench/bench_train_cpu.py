@@ -78,7 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None, help="wall-time limit")
     parser.add_argument("--config", default=None, help="JSON object merged into the config")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (1 when two runs share 2 cores)"
+    )
+    parser.add_argument("--curve", default=None, help="write per-iteration metrics (JSON lines)")
     args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     from ragen_rllib.cli import build_config, load_experiments
 
@@ -91,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    curve = open(args.curve, "w") if args.curve else None  # noqa: SIM115 - closed below
     sampler = PeakRSS()
     sampler.start()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
@@ -104,6 +113,19 @@ def main(argv: list[str] | None = None) -> int:
         for done in range(1, iterations + 1):
             result = algo.train()
             r = result["rollout"]
+            if curve is not None:
+                learner = (result.get("learners") or {}).get("default_policy") or {}
+                point = {
+                    "iteration": done,
+                    "wall_s": round(time.perf_counter() - start, 1),
+                    "success": r.get("success_rate"),
+                    "reward_mean": r.get("reward_mean"),
+                    "in_group_reward_std": r.get("in_group_reward_std"),
+                    "entropy": learner.get("entropy"),
+                    "action_is_valid": r.get("env/action_is_valid"),
+                }
+                curve.write(json.dumps(point) + "\n")
+                curve.flush()
             print(
                 f"iter {done}: train success {r['success_rate']:.3f} "
                 f"reward {r['reward_mean']:.3f} valid {r.get('env/action_is_valid', 0):.2f} "
@@ -118,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         algo.stop()
         peak = sampler.stop()
+        if curve is not None:
+            curve.close()
         ray.shutdown()
     figures = {
         "experiment": name,

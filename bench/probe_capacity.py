@@ -21,7 +21,7 @@ message, instructions, turn 1, ``<think>`` prefill) plus `` x </think> <answer>`
 instructions (no system message, the instructions, the grid); ``grid`` the
 bare grid plus `` <answer>``.
 
-Why the recipe matters: ``bench/probe_frozenlake.py`` averaged the loss over
+Why the recipe matters: an earlier probe of this project averaged the loss over
 all answer tokens (the move was one token in nine), used batch 16 and a
 constant lr 1e-3 without warm-up, stayed at the fixed guess (0.33) and
 concluded the model cannot read positions. Loss on the move token alone,
@@ -31,7 +31,7 @@ batch 32, linear warm-up and cosine decay fix it.
     python bench/probe_capacity.py --env sokoban --prompt compact --steps 3000   # the gate
     python bench/probe_capacity.py --env sokoban --layers 4 --hidden 192 --heads 6 \
         --intermediate 576 --prompt compact-instructions --steps 1000
-    python bench/probe_capacity.py --init builtin --prompt full   # warm-started weights
+    python bench/probe_capacity.py --init builtin --prompt compact   # the pretrained weights
 
 Results (3 x h128 = the built-in architecture, 0.74 M parameters; --init raw,
 seed 0, batch 32, lr 1e-3, 100 warm-up steps, 500 held-out states; 1 thread
@@ -69,8 +69,6 @@ from __future__ import annotations
 import argparse
 import collections
 import math
-import os
-import tempfile
 import time
 
 import gymnasium as gym
@@ -167,16 +165,14 @@ class Renderer:
 
 # ----- model -------------------------------------------------------------------
 def make_model(args, tokenizer):
-    if args.init == "builtin":
+    if args.init != "raw":
         from transformers import AutoModelForCausalLM
 
-        from ragen_rllib.builtin_model import get_builtin_model
+        from ragen_rllib.builtin_model import resolve_model
 
-        scratch = os.environ.setdefault(
-            "RAGEN_RLLIB_CACHE", os.path.join(tempfile.gettempdir(), "ragen_probe_cache")
-        )
-        print(f"--init builtin: architecture flags ignored; cache {scratch}")
-        return AutoModelForCausalLM.from_pretrained(get_builtin_model("builtin"))
+        path = resolve_model(args.init)
+        print(f"--init {args.init}: {path}; architecture flags ignored")
+        return AutoModelForCausalLM.from_pretrained(path)
     spec = BuiltinSpec(
         hidden_size=args.hidden,
         num_hidden_layers=args.layers,
@@ -217,7 +213,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env", choices=sorted(ENVS), default="frozenlake")
     styles = ("full", "compact-instructions", "compact", "grid")
     parser.add_argument("--prompt", choices=styles, default="grid")
-    parser.add_argument("--init", choices=("raw", "builtin"), default="raw")
+    parser.add_argument(
+        "--init", default="raw", help="raw (fresh weights), builtin or a model directory"
+    )
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4, help="head_dim = hidden / heads >= 32")
