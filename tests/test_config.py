@@ -32,6 +32,7 @@ def make(**overrides) -> StarPOConfig:
         ({"minibatch_size": 64, "env_groups": 8, "group_size": 4}, ["minibatch_size", "8"]),
         ({"model_dtype": "float8"}, ["model_dtype", "bfloat16"]),
         ({"rollout_device": "tpu"}, ["rollout_device", "'auto'", "'cuda'"]),
+        ({"prompt_style": "short"}, ["prompt_style", "'full'", "'compact'"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_allowed_values(overrides, names):

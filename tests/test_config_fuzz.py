@@ -69,6 +69,7 @@ CHOICES = {
     "grpo_norm": ("mean_std", "mean", "identity"),
     "filter_mode": ("top_std", "bottom_std"),
     "engine": ("hf",),
+    "prompt_style": ("full", "compact"),
     "model_dtype": ("float32", "bfloat16"),
     "rollout_device": ("auto", "cpu", "cuda"),
     "kl_estimator": ("k1", "k2", "k3", "abs"),
