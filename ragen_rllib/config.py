@@ -58,6 +58,11 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # "full": system message, turn number, actions left and format reminder in every
     # user message (real LLMs); "compact": only the observation (small models).
     "prompt_style": "full",
+    # Turns of history in the prompt: null keeps the whole trajectory in context (one
+    # growing sequence, the paper's setting); k keeps the instructions and the last k
+    # turns before the current observation (0: the current observation alone), and
+    # every turn becomes its own training sequence (RAGEN-2's limited context window).
+    "context_window": None,
     "rollout_batch_size": 256,  # sequences per engine forward batch at most
     # --- environment -----------------------------------------------------------------
     # Module(s) imported in every process (config check, trial, env runners) before
@@ -176,6 +181,10 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         for key, choices in _CHOICES.items()
     },
     "eval_seed": _int_at_least(0),
+    "context_window": (
+        lambda v: v is None or (is_int(v) and 0 <= v < _INT_LIMIT),
+        "must be null (the whole history) or an integer >= 0 (turns of history kept)",
+    ),
     "eval_interval": _int_at_least(0),
     "num_env_runners": _int_at_least(0),
     "num_learners": _int_at_least(0),

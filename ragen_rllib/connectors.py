@@ -115,38 +115,83 @@ def build_sample_pipeline(config) -> ConnectorPipelineV2:
     return ConnectorPipelineV2(connectors=pieces)
 
 
+#: Per-trajectory columns: read by ComputeAdvantages and removed there, so that every
+#: column the learner's minibatches see has one row per training sequence.
+TRAJECTORY_COLUMNS = ("stream_index", "turn_end_index", "turn_rewards", "group_advantage")
+
+
 class TrajectoriesToBatch(ConnectorV2):
-    """Right-pad the trajectories' token lists into [B, T] arrays (plus per-turn [B, K])."""
+    """Right-pad every training sequence (segment) of the trajectories into [R, T] rows.
+
+    Row columns: ``input_ids``, ``attention_mask``, ``response_mask`` (1 on generated
+    tokens), ``old_logp`` and ``row_trajectory`` (the row's trajectory, so that the
+    minibatches keep a trajectory's rows together). Per-trajectory columns for the
+    advantage estimators: ``stream_index``  # [B, L], the flat [R * T] position of each of
+    the trajectory's generated tokens in order (its "response stream", -1 as padding),
+    ``turn_end_index``  # [B, K], each turn's last token in that stream (-1: none),
+    ``turn_rewards``  # [B, K] and ``group_advantage``  # [B].
+    """
 
     def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
-        n = len(episodes)
-        width = max(len(t.input_ids) for t in episodes)
+        segments = [(b, seg) for b, t in enumerate(episodes) for seg in t.segments]
+        rows, width = len(segments), max(len(seg) for _, seg in segments)
         turns = max(max(t.num_turns for t in episodes), 1)
+        stream = max(max(t.response_tokens for t in episodes), 1)
         cols: dict[str, Any] = {
-            "input_ids": np.zeros((n, width), np.int64),
-            "attention_mask": np.zeros((n, width), np.int64),
-            "response_mask": np.zeros((n, width), np.float32),
-            "old_logp": np.zeros((n, width), np.float32),
-            "turn_end_index": np.full((n, turns), -1, np.int64),
-            "turn_rewards": np.zeros((n, turns), np.float32),
+            "input_ids": np.zeros((rows, width), np.int64),
+            "attention_mask": np.zeros((rows, width), np.int64),
+            "response_mask": np.zeros((rows, width), np.float32),
+            "old_logp": np.zeros((rows, width), np.float32),
+            "row_trajectory": np.array([b for b, _ in segments], np.int64),
+            "stream_index": np.full((len(episodes), stream), -1, np.int64),
+            "turn_end_index": np.full((len(episodes), turns), -1, np.int64),
+            "turn_rewards": np.zeros((len(episodes), turns), np.float32),
             "group_advantage": np.array([t.group_advantage for t in episodes], np.float32),
         }
-        for i, t in enumerate(episodes):
-            length = len(t.input_ids)
-            cols["input_ids"][i, :length] = t.input_ids
-            cols["attention_mask"][i, :length] = 1
-            cols["response_mask"][i, :length] = t.loss_mask
-            cols["old_logp"][i, :length] = t.logprobs
-            for k, (start, end) in enumerate(t.turn_spans):
+        for r, (_, seg) in enumerate(segments):
+            length = len(seg)
+            cols["input_ids"][r, :length] = seg.input_ids
+            cols["attention_mask"][r, :length] = 1
+            cols["response_mask"][r, :length] = seg.loss_mask
+            cols["old_logp"][r, :length] = seg.logprobs
+        first_row = 0
+        for b, t in enumerate(episodes):
+            pos = 0
+            for k, (seg, start, end) in enumerate(t.turn_spans):
+                flat = (first_row + seg) * width  # the row's first token, flattened
+                span = np.arange(flat + start, flat + end)
+                cols["stream_index"][b, pos : pos + len(span)] = span
+                pos += end - start
                 # A turn whose answer is empty has no token to carry its reward.
-                cols["turn_end_index"][i, k] = end - 1 if end > start else -1
-            cols["turn_rewards"][i, : t.num_turns] = t.turn_rewards
+                cols["turn_end_index"][b, k] = pos - 1 if end > start else -1
+            cols["turn_rewards"][b, : t.num_turns] = t.turn_rewards
+            first_row += len(t.segments)
         batch[DEFAULT_MODULE_ID] = cols
         return batch
 
 
+def to_stream(x: torch.Tensor, stream_index: torch.Tensor) -> torch.Tensor:
+    """Row tokens  # [R, T] -> each trajectory's response stream  # [B, L] (0 as padding)."""
+    flat = x.reshape(-1)
+    return torch.where(stream_index >= 0, flat[stream_index.clamp_min(0)], flat.new_zeros(()))
+
+
+def from_stream(x: torch.Tensor, stream_index: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Response streams  # [B, L] -> row tokens of ``shape``  # [R, T] (0 off the streams)."""
+    out = x.new_zeros(shape.numel() + 1)  # the spare last slot takes the padding
+    spare = torch.full_like(stream_index, shape.numel())
+    out[torch.where(stream_index >= 0, stream_index, spare).reshape(-1)] = x.reshape(-1)
+    return out[:-1].reshape(shape)
+
+
 class ComputeAdvantages(ConnectorV2):
-    """Token rewards, then advantages and value targets for the loss."""
+    """Token rewards, then advantages and value targets for the loss.
+
+    The estimators run on each trajectory's response stream (its generated tokens
+    in order, across turns and segments), so they give the same result whether a
+    trajectory is one sequence or one sequence per turn; the results are then
+    placed back on the rows.
+    """
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -163,9 +208,11 @@ class ComputeAdvantages(ConnectorV2):
 
     def __call__(self, *, rl_module, batch, episodes, **kwargs):
         cols = batch[DEFAULT_MODULE_ID]
-        mask = torch.from_numpy(cols["response_mask"])  # [B, T]
+        per_traj = {key: torch.from_numpy(cols.pop(key)) for key in TRAJECTORY_COLUMNS}
+        mask = torch.from_numpy(cols["response_mask"])  # [R, T]
+        row_traj = torch.from_numpy(cols["row_trajectory"])  # [R]
         if self.estimator == "grpo":
-            a = adv.broadcast_to_tokens(torch.from_numpy(cols["group_advantage"]), mask)
+            a = adv.broadcast_to_tokens(per_traj["group_advantage"][row_traj], mask)
             cols["advantages"] = a.numpy().astype(np.float32)
             return batch
         module = rl_module[DEFAULT_MODULE_ID] if DEFAULT_MODULE_ID in rl_module else rl_module
@@ -181,22 +228,24 @@ class ComputeAdvantages(ConnectorV2):
                 )
                 .float()
                 .cpu()
-            )  # [B, T]
+            )  # [R, T]
         values = values * mask
-        turn_end = torch.from_numpy(cols["turn_end_index"])
-        turn_rewards = torch.from_numpy(cols["turn_rewards"])
+        index = per_traj["stream_index"]  # [B, L]
+        stream_mask = (index >= 0).float()  # [B, L]
+        stream_values = to_stream(values, index)  # [B, L]
+        turn_end, turn_rewards = per_traj["turn_end_index"], per_traj["turn_rewards"]
         if self.estimator == "gae":
-            rewards = adv.token_rewards(turn_end, turn_rewards, mask.shape[1], self.reward_level)
-            advantages, returns = adv.gae(rewards, values, mask, self.gamma, self.lam)
+            rewards = adv.token_rewards(turn_end, turn_rewards, index.shape[1], self.reward_level)
+            advantages, returns = adv.gae(rewards, stream_values, stream_mask, self.gamma, self.lam)
         else:
             g_turn, l_turn, g_tok, l_tok = self.turn_gae
             advantages, returns = adv.bilevel_gae(
-                turn_rewards, values, turn_end, mask, g_turn, l_turn, g_tok, l_tok
+                turn_rewards, stream_values, turn_end, stream_mask, g_turn, l_turn, g_tok, l_tok
             )
         if self.whiten:
-            advantages = adv.masked_whiten(advantages, mask)
-        cols["advantages"] = advantages.numpy().astype(np.float32)
-        cols["value_targets"] = returns.numpy().astype(np.float32)
+            advantages = adv.masked_whiten(advantages, stream_mask)
+        cols["advantages"] = from_stream(advantages, index, mask.shape).numpy().astype(np.float32)
+        cols["value_targets"] = from_stream(returns, index, mask.shape).numpy().astype(np.float32)
         cols["old_values"] = values.numpy().astype(np.float32)
         return batch
 

@@ -78,11 +78,16 @@ def first_user_text(
     The env runner's rollouts and the built-in model's pretraining both render
     it here, so the two cannot drift apart. ``env`` is the unwrapped text env.
     """
+    return with_instructions(env, render_turn(1, observation, actions_left, None, style), style)
+
+
+def with_instructions(env: Any, turn_text: str, style: str = "full") -> str:
+    """``turn_text`` (a :func:`render_turn` text) after the env's instructions, if it has
+    any: the first user message of a conversation, or of a context window."""
     method = getattr(env, "instructions", None)
-    turn = render_turn(1, observation, actions_left, None, style)
     if not callable(method):
-        return turn
-    return str(method()) + ("\n" if style == "compact" else "\n\n") + turn
+        return turn_text
+    return str(method()) + ("\n" if style == "compact" else "\n\n") + turn_text
 
 
 class ChatFormat:
@@ -143,6 +148,19 @@ class ChatFormat:
             closing = self.assistant_suffix
         return self._encode(closing + opening + self.prefill)
 
+    def conversation_ids(
+        self, first_user: str, turns: list[tuple[list[int], bool, str]]
+    ) -> list[int]:
+        """Ids of a conversation up to the next answer: ``prompt_ids(first_user)``, then for
+        each ``(answer ids, ended_with_eos, next user text)`` the answer as sampled and its
+        continuation. With every turn so far this is exactly the growing sequence of the
+        whole history; with the last few it is a context window."""
+        ids = self.prompt_ids(first_user)
+        for answer_ids, ended_with_eos, user in turns:
+            ids += answer_ids
+            ids += self.continuation_ids(user, ended_with_eos)
+        return ids
+
     def closing_ids(self, ended_with_eos: bool) -> list[int]:
         """Ids that close the final answer of a trajectory."""
         if ended_with_eos and self.after_eos is not None:
@@ -151,22 +169,55 @@ class ChatFormat:
 
 
 @dataclass
+class Segment:
+    """One training sequence of a trajectory: token ids, with a loss mask of 1 on the
+    generated tokens and their sampling log-probabilities (0 elsewhere)."""
+
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def append_context(self, ids: list[int]) -> None:
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+
+    def append_generation(self, ids: list[int], logprobs: list[float]) -> tuple[int, int]:
+        """Append sampled ids; return their (start, end) slice in this segment."""
+        if len(ids) != len(logprobs):
+            raise ValueError(f"{len(ids)} generated ids but {len(logprobs)} logprobs")
+        start = len(self.input_ids)
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([1] * len(ids))
+        self.logprobs.extend(float(x) for x in logprobs)
+        return start, len(self.input_ids)
+
+
+@dataclass
 class Trajectory:
     """One multi-turn episode as tokens: what the env runner returns and the learner trains on.
 
-    ``input_ids``, ``loss_mask`` and ``logprobs`` have one entry per token;
-    ``turn_spans[i] = (start, end)`` is the slice of turn i's generated tokens
-    and ``turn_rewards[i]`` its reward (env reward plus format penalty).
+    ``segments`` are the training sequences. With the whole history in context
+    (``context_window: null``) a trajectory is one segment that grows turn by
+    turn, exactly the ids the engine saw at its last turn plus the last answer.
+    With a context window, every turn is its own segment: the (windowed) prompt
+    the engine saw at that turn, then the turn's answer.
+
+    ``turn_spans[i] = (segment, start, end)``: where turn i's generated tokens
+    lie; ``turn_rewards[i]`` is its reward (env reward plus format penalty) and
+    ``turn_observations[i]`` the observation the turn answered.
     """
 
     env_id: str
     seed: int
     group: int
-    input_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    turn_spans: list[tuple[int, int, int]] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
+    turn_observations: list[str] = field(default_factory=list)
     turn_infos: list[dict[str, Any]] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     done: bool = False
@@ -193,18 +244,30 @@ class Trajectory:
 
     @property
     def response_tokens(self) -> int:
-        return int(sum(self.loss_mask))
+        return sum(sum(s.loss_mask) for s in self.segments)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in all training sequences (what the learner processes)."""
+        return sum(len(s) for s in self.segments)
+
+    def turn_ids(self, turn: int) -> list[int]:
+        """The generated ids of ``turn``."""
+        seg, start, end = self.turn_spans[turn]
+        return self.segments[seg].input_ids[start:end]
+
+    def start_segment(self, ids: list[int]) -> None:
+        """Open a new training sequence with the context ``ids`` (a turn's prompt)."""
+        self.segments.append(Segment())
+        self.segments[-1].append_context(ids)
 
     def append_context(self, ids: list[int]) -> None:
-        self.input_ids.extend(ids)
-        self.loss_mask.extend([0] * len(ids))
-        self.logprobs.extend([0.0] * len(ids))
+        """Context ids at the end of the current segment (loss mask 0)."""
+        if not self.segments:
+            self.segments.append(Segment())
+        self.segments[-1].append_context(ids)
 
     def append_generation(self, ids: list[int], logprobs: list[float]) -> None:
-        if len(ids) != len(logprobs):
-            raise ValueError(f"{len(ids)} generated ids but {len(logprobs)} logprobs")
-        start = len(self.input_ids)
-        self.input_ids.extend(ids)
-        self.loss_mask.extend([1] * len(ids))
-        self.logprobs.extend(float(x) for x in logprobs)
-        self.turn_spans.append((start, len(self.input_ids)))
+        """One turn's sampled ids, at the end of the current segment (loss mask 1)."""
+        start, end = self.segments[-1].append_generation(ids, logprobs)
+        self.turn_spans.append((len(self.segments) - 1, start, end))

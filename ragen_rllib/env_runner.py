@@ -23,7 +23,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from .context import ChatFormat, Trajectory, first_user_text, render_turn, system_prompt_for
+from .context import ChatFormat, Trajectory, render_turn, system_prompt_for, with_instructions
 from .engine import HFEngine, SamplingParams
 from .env_loading import actions_left_of, import_env_modules, make_env, success_of
 from .metrics import rollout_metrics
@@ -182,6 +182,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     ) -> list[Trajectory]:
         """Play one trajectory per seed, all turns batched through the engine.
 
+        With ``context_window: null`` a trajectory's prompt is its whole history,
+        one growing token sequence (one segment). With ``context_window: k`` the
+        prompt at turn t holds the instructions and the last k turns before
+        turn t; each turn becomes its own segment (that prompt plus the answer).
+
         An exception in an env's ``reset()`` or ``step()`` (or an observation that
         is not text) ends that trajectory with ``end_reason="env_error"`` and the
         error text; the batch goes on. The algorithm drops the failed
@@ -189,10 +194,15 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         :class:`~ragen_rllib.connectors.DropEnvErrorGroups`).
         """
         cfg = self.config
+        style, window = cfg.prompt_style, cfg.context_window
         start = time.perf_counter()
         envs = self._env_pool(len(seeds))
         trajs: list[Trajectory] = []
-        active = []
+        # Per trajectory: the ids the engine gets at the next turn, and (for a context
+        # window) the user text of every turn and each answer's (ids, ended with eos).
+        prompts: dict[int, list[int]] = {}
+        texts: dict[int, list[str]] = {}
+        answers: dict[int, list[tuple[list[int], bool]]] = {}
         for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
             traj = Trajectory(
                 env_id=cfg.env, seed=seed, group=group, weights_version=self.engine.weights_version
@@ -204,26 +214,31 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
                 self._env_error(traj, "reset", err)
                 continue
-            first = first_user_text(env.unwrapped, obs, actions_left_of(info), cfg.prompt_style)
-            traj.append_context(self.chat.prompt_ids(first))
-            if len(traj.input_ids) + params.max_new_tokens > cfg.max_context_tokens:
+            texts[i], answers[i] = [render_turn(1, obs, actions_left_of(info), None, style)], []
+            traj.turn_observations.append(obs)
+            prompts[i] = self.chat.prompt_ids(with_instructions(env.unwrapped, texts[i][0], style))
+            if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(
-                    f"the first prompt of {cfg.env} is {len(traj.input_ids)} tokens; with "
+                    f"the first prompt of {cfg.env} is {len(prompts[i])} tokens; with "
                     f"max_new_tokens={params.max_new_tokens} it exceeds "
                     f"max_context_tokens={cfg.max_context_tokens}. Raise max_context_tokens."
                 )
-            active.append(i)
+            if window is None:  # one segment: the prompt list grows with it
+                traj.start_segment(prompts[i])
+                prompts[i] = traj.segments[-1].input_ids
 
         generated = 0
+        active = list(prompts)
         for turn in range(1, cfg.max_turns + 1):
             if not active:
                 break
-            gens = self.engine.generate(
-                [trajs[i].input_ids for i in active], params, seed=sample_seed + turn
-            )
+            batch = [prompts[i] for i in active]
+            gens = self.engine.generate(batch, params, seed=sample_seed + turn)
             still_active = []
             for i, gen in zip(active, gens, strict=True):
                 traj, env = trajs[i], envs[i]
+                if window is not None:
+                    traj.start_segment(prompts[i])
                 traj.append_generation(gen.ids, gen.logprobs)
                 generated += len(gen.ids)
                 text = self.chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
@@ -242,15 +257,24 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                     reason = "terminated" if term else "truncated" if trunc else "max_turns"
                     self._finish(traj, gen.ended_with_eos, reason)
                     continue
-                nxt = self.chat.continuation_ids(
-                    render_turn(turn + 1, obs, actions_left_of(info), reward, cfg.prompt_style),
-                    gen.ended_with_eos,
-                )
-                if len(traj.input_ids) + len(nxt) + params.max_new_tokens > cfg.max_context_tokens:
+                user = render_turn(turn + 1, obs, actions_left_of(info), reward, style)
+                if window is None:
+                    nxt = self.chat.continuation_ids(user, gen.ended_with_eos)
+                    length = len(prompts[i]) + len(nxt)
+                else:
+                    texts[i].append(user)
+                    answers[i].append((list(gen.ids), gen.ended_with_eos))
+                    nxt = self._window_ids(env.unwrapped, texts[i], answers[i], window)
+                    length = len(nxt)
+                if length + params.max_new_tokens > cfg.max_context_tokens:
                     logger.info("trajectory seed %d ends: context would overflow", traj.seed)
                     self._finish(traj, gen.ended_with_eos, "context_overflow")
                     continue
-                traj.append_context(nxt)
+                traj.turn_observations.append(obs)
+                if window is None:
+                    traj.append_context(nxt)
+                else:
+                    prompts[i] = nxt
                 still_active.append(i)
             active = still_active
 
@@ -262,6 +286,18 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 "generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1
             )
         return trajs
+
+    def _window_ids(
+        self, env: Any, texts: list[str], answers: list[tuple[list[int], bool]], window: int
+    ) -> list[int]:
+        """The prompt of the next turn under a context window of ``window`` turns: the
+        instructions with the user text of the window's first turn, then each later
+        turn's answer (as sampled) and the user text after it."""
+        first = max(0, len(texts) - 1 - window)  # index of the window's first turn
+        turns = [(ids, eos, texts[j + 1]) for j, (ids, eos) in enumerate(answers) if j >= first]
+        return self.chat.conversation_ids(
+            with_instructions(env, texts[first], self.config.prompt_style), turns
+        )
 
     def _env_error(self, traj: Trajectory, where: str, err: Exception) -> None:
         logger.warning(

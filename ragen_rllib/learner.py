@@ -31,12 +31,16 @@ class NonFiniteUpdateError(RuntimeError):
 
 
 class TrajectoryMinibatches:
-    """``num_epochs`` passes over a batch of trajectories (rows) in minibatches.
+    """``num_epochs`` passes over a batch of trajectories in minibatches of
+    ``minibatch_size`` trajectories.
 
-    Unlike RLlib's cyclic iterator, a batch that ``minibatch_size`` does not
-    divide ends each epoch with one smaller minibatch: no trajectory is used
-    twice in an epoch. Shuffling (``shuffle=True``) draws from a generator
-    seeded by ``seed``, so a run restored from a checkpoint repeats it exactly.
+    A trajectory may span several rows (one per turn under a context window):
+    its rows always travel together, found through the ``row_trajectory``
+    column (without it, every row is its own trajectory). Unlike RLlib's cyclic
+    iterator, a batch that ``minibatch_size`` does not divide ends each epoch
+    with one smaller minibatch: no trajectory is used twice in an epoch.
+    Shuffling (``shuffle=True``) draws from a generator seeded by ``seed``, so a
+    run restored from a checkpoint repeats it exactly.
     """
 
     def __init__(
@@ -52,22 +56,35 @@ class TrajectoryMinibatches:
         self.num_epochs = num_epochs
         self.shuffle = shuffle
         self.seed = seed
-        self.rows = {mid: len(b) for mid, b in batch.policy_batches.items()}
-        self.minibatch_size = minibatch_size or max(self.rows.values(), default=1)
+        # module -> the row indices of each trajectory, in trajectory order
+        self.rows: dict[str, list[np.ndarray]] = {}
+        for mid, module_batch in batch.policy_batches.items():
+            n = len(module_batch)
+            owner = (
+                np.asarray(module_batch["row_trajectory"])
+                if "row_trajectory" in module_batch
+                else np.arange(n)
+            )
+            order = np.argsort(owner, kind="stable")
+            cuts = np.flatnonzero(np.diff(owner[order])) + 1
+            self.rows[mid] = np.split(order, cuts) if n else []
+        most = max((len(r) for r in self.rows.values()), default=1)
+        self.minibatch_size = minibatch_size or max(most, 1)
 
     def __iter__(self):
         rng = np.random.default_rng(self.seed)
         for _ in range(self.num_epochs):
             orders = {
-                mid: rng.permutation(n) if self.shuffle else np.arange(n)
-                for mid, n in self.rows.items()
+                mid: rng.permutation(len(trajs)) if self.shuffle else np.arange(len(trajs))
+                for mid, trajs in self.rows.items()
             }
-            longest = max(self.rows.values(), default=0)
+            longest = max((len(t) for t in self.rows.values()), default=0)
             for start in range(0, longest, self.minibatch_size):
                 parts = {}
                 for mid, module_batch in self.batch.policy_batches.items():
-                    rows = orders[mid][start : start + self.minibatch_size]
-                    if len(rows):
+                    chosen = orders[mid][start : start + self.minibatch_size]
+                    if len(chosen):
+                        rows = np.concatenate([self.rows[mid][i] for i in chosen])
                         index = torch.as_tensor(rows)
                         parts[mid] = SampleBatch({k: v[index] for k, v in module_batch.items()})
                 yield MultiAgentBatch(parts, env_steps=max(len(p) for p in parts.values()))

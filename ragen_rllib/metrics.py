@@ -33,7 +33,7 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     if not trajs:
         return {"num_trajectories": 0, "env_errors": env_errors, **ends}
     rewards = np.array([t.total_reward for t in trajs])
-    turn_lengths = [e - s for t in trajs for s, e in t.turn_spans]
+    turn_lengths = [e - s for t in trajs for _, s, e in t.turn_spans]
     infos = [i for t in trajs for i in t.turn_infos]
     out = {
         "num_trajectories": len(trajs),
@@ -44,7 +44,7 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "in_group_reward_std": float(np.mean(list(group_reward_std(trajs).values()))),
         "num_turns_mean": float(np.mean([t.num_turns for t in trajs])),
         "response_length_mean": float(np.mean(turn_lengths)) if turn_lengths else 0.0,
-        "trajectory_tokens_mean": float(np.mean([len(t.input_ids) for t in trajs])),
+        "trajectory_tokens_mean": float(np.mean([t.num_tokens for t in trajs])),
     }
     for key in ENV_INFO_KEYS:
         values = [float(i[key]) for i in infos if key in i]

@@ -73,18 +73,21 @@ def test_masks_and_turn_spans_cover_exactly_the_generated_tokens(runner):
     trajs = runner.sample()
     tok = runner.tokenizer
     for t in trajs:
-        assert len(t.input_ids) == len(t.loss_mask) == len(t.logprobs)
-        generated = [i for s, e in t.turn_spans for i in range(s, e)]
-        assert [i for i, m in enumerate(t.loss_mask) if m] == generated
-        assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if not m)
+        assert len(t.segments) == 1  # the whole history: one growing sequence
+        seg = t.segments[0]
+        assert len(seg.input_ids) == len(seg.loss_mask) == len(seg.logprobs)
+        generated = [i for _, s, e in t.turn_spans for i in range(s, e)]
+        assert [i for i, m in enumerate(seg.loss_mask) if m] == generated
+        assert all(lp == 0.0 for lp, m in zip(seg.logprobs, seg.loss_mask, strict=True) if not m)
         assert len(t.turn_spans) == len(t.turn_rewards) == t.num_turns >= 1
-        for (s, e), answer in zip(t.turn_spans, t.answers, strict=True):
+        assert len(t.turn_observations) == t.num_turns
+        for k, answer in enumerate(t.answers):
             # The env saw exactly the decoded sampled ids (after the prefill).
             assert answer == runner.chat.prefill + tok.decode(
-                t.input_ids[s:e], skip_special_tokens=True
+                t.turn_ids(k), skip_special_tokens=True
             )
         # The prompt starts the sequence and carries no loss.
-        assert t.turn_spans[0][0] > 0 and not any(t.loss_mask[: t.turn_spans[0][0]])
+        assert t.turn_spans[0][1] > 0 and not any(seg.loss_mask[: t.turn_spans[0][1]])
 
 
 def test_trajectories_end_at_different_turns(runner, monkeypatch):
@@ -113,7 +116,7 @@ def test_context_overflow_ends_the_trajectory_and_keeps_it():
     small.engine = ScriptedEngine(
         small.tokenizer, lambda call, row: "a </think> <answer> Unicorn </answer>"
     )
-    prompt_len = small.sample()[0].turn_spans[0][0]
+    prompt_len = small.sample()[0].turn_spans[0][1]
     # Room for the first answer but not for a second turn.
     small.config.max_context_tokens = prompt_len + small.config.max_new_tokens + 20
     out = small.sample()
@@ -139,7 +142,7 @@ def test_env_errors_end_their_trajectory_and_are_logged(runner, monkeypatch, cap
         trajs = runner.sample()
     assert [t.end_reason == "env_error" for t in trajs] == [1, 0, 0, 0, 1, 0]
     assert trajs[0].error == "step(): RuntimeError: boom" and trajs[0].num_turns == 0
-    assert trajs[4].error == "reset(): KeyError: 'no map'" and trajs[4].input_ids == []
+    assert trajs[4].error == "reset(): KeyError: 'no map'" and trajs[4].segments == []
     logged = caplog.text
     for t in (trajs[0], trajs[4]):
         assert f"env ragen/FrozenLakeNoSlip-v0 (seed {t.seed}) failed" in logged

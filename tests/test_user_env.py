@@ -73,7 +73,7 @@ def test_plain_env_uses_the_documented_fallbacks():
     )
     trajs = runner.sample()
     assert len(trajs) == 4 and all(t.end_reason == "terminated" for t in trajs)
-    prompt = runner.tokenizer.decode(trajs[0].input_ids)
+    prompt = runner.tokenizer.decode(trajs[0].segments[0].input_ids)
     # No instructions(): the first user message is turn 1 alone; no actions_left: no line.
     assert "<|im_start|>user\nTurn 1:\nState:\nSay " in prompt
     assert "actions left" not in prompt and FORMAT_HINT in prompt
