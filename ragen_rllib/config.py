@@ -30,7 +30,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from .context import PROMPT_STYLES
 from .hub import load_hub_config
 
-ADVANTAGE_ESTIMATORS = ("gae", "grpo", "bilevel_gae")
+ADVANTAGE_ESTIMATORS = ("gae", "grpo", "bilevel_gae", "gigpo")
 REWARD_LEVELS = ("trajectory", "turn")
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 GRPO_NORMS = ("mean_std", "mean", "identity")
@@ -73,14 +73,20 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # the failed trajectories are dropped from the update (and counted).
     "max_env_error_share": 0.5,
     # --- advantages and rewards ----------------------------------------------------
-    "advantage_estimator": "gae",  # "gae" (PPO critic), "grpo", "bilevel_gae" (TRICO)
+    # "gae" (PPO critic), "bilevel_gae" (TRICO, critic), "grpo", "gigpo" (both critic-free)
+    "advantage_estimator": "gae",
     "reward_level": "trajectory",  # reward on the last token ("trajectory") or per turn ("turn")
     "lambda_": 1.0,  # GAE lambda (paper 1.0); gamma is AlgorithmConfig.gamma (paper 1.0)
     "gamma_turn": 0.95,  # bi-level GAE: discount between turns
     "lambda_turn": 1.0,  # bi-level GAE: lambda between turns
     "gamma_token": 1.0,  # bi-level GAE: discount between tokens of a turn
     "lambda_token": 1.0,  # bi-level GAE: lambda between tokens of a turn
-    "grpo_norm": "mean_std",  # GRPO score normalisation within a group
+    "grpo_norm": "mean_std",  # GRPO/GiGPO normalisation within a group (and a step group)
+    # GiGPO: turns of a group that start from the same observation form a step group;
+    # a turn's advantage is the episode's GRPO advantage plus gigpo_step_weight times
+    # its discounted return (discount gigpo_gamma) relative to its step group.
+    "gigpo_gamma": 0.95,
+    "gigpo_step_weight": 1.0,
     "whiten_advantages": False,  # whiten GAE advantages over the batch's tokens
     "filter_keep_ratio": 0.25,  # StarPO-S: keep this share of groups, by reward std (1.0: off)
     "filter_mode": "top_std",  # how groups are ranked for filtering
@@ -217,6 +223,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
             "gamma_token",
             "lambda_token",
             "max_env_error_share",
+            "gigpo_gamma",
         )
     },
     **{
@@ -226,6 +233,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
             "kl_coeff",
             "weight_decay",
             "vf_loss_coeff",
+            "gigpo_step_weight",
             "num_gpus_per_learner",
             "num_gpus_per_env_runner",
             "num_cpus_per_env_runner",
@@ -436,11 +444,11 @@ class StarPOConfig(AlgorithmConfig):
                 "must be 'builtin', 'builtin-raw', a local model directory or a Hugging Face "
                 "hub id such as 'Qwen/Qwen2.5-0.5B-Instruct' (a string)",
             )
-        if self.advantage_estimator == "grpo" and self.group_size < 2:
+        if self.advantage_estimator in ("grpo", "gigpo") and self.group_size < 2:
             raise bad(
                 "group_size",
-                "GRPO normalises rewards within a group, so group_size must be >= 2 "
-                "(or use advantage_estimator='gae')",
+                f"{self.advantage_estimator.upper()} compares rollouts within a group, so "
+                "group_size must be >= 2 (or use advantage_estimator='gae')",
             )
         if self.filter_keep_ratio < 1 and self.group_size < 2:
             raise bad("group_size", "reward-std filtering needs group_size >= 2")

@@ -6,7 +6,8 @@ Two stages, each an RLlib ConnectorV2 pipeline:
   sees the whole rollout batch and only needs rewards: dropping the groups
   of trajectories whose env failed (:class:`DropEnvErrorGroups`), StarPO-S
   uncertainty filtering (:class:`RewardStdFilter`) and GRPO's within-group normalisation
-  (:class:`GroupNormalizedScores`). Running it before the batch is split
+  and the critic-free advantages of GRPO and GiGPO (:class:`GroupAdvantages`).
+  Running it before the batch is split
   across learners keeps every group whole.
 * the **learner stage** (inside each Learner): :class:`TrajectoriesToBatch`
   pads the token sequences into tensors, :class:`ComputeAdvantages` places the
@@ -87,21 +88,47 @@ class RewardStdFilter(ConnectorV2):
         return batch
 
 
-class GroupNormalizedScores(ConnectorV2):
-    """GRPO: each trajectory's reward normalised within its group of the same initial state."""
+class GroupAdvantages(ConnectorV2):
+    """Critic-free advantages from whole groups, one per turn (``turn_advantages``).
 
-    def __init__(self, norm: str = "mean_std", **kwargs):
+    * ``"grpo"``: each trajectory's reward normalised within its group of the same
+      initial state, given to every turn;
+    * ``"gigpo"``: that episode advantage plus ``step_weight`` times a step
+      advantage among the group's turns that start from the same observation
+      (:func:`~ragen_rllib.core.advantages.gigpo_advantages`).
+    """
+
+    def __init__(
+        self,
+        estimator: str,
+        norm: str = "mean_std",
+        gamma: float = 0.95,
+        step_weight: float = 1.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        self.norm = norm
+        self.estimator, self.norm = estimator, norm
+        self.gamma, self.step_weight = gamma, step_weight
 
     def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
         if not episodes:
             return batch
-        scores = torch.tensor([t.total_reward for t in episodes], dtype=torch.float32)
-        groups = torch.tensor([t.group for t in episodes])
-        normed = adv.grpo_advantages(scores, groups, norm=self.norm)
-        for t, a in zip(episodes, normed.tolist(), strict=True):
-            t.group_advantage = float(a)
+        if self.estimator == "gigpo":
+            per_turn = adv.gigpo_advantages(
+                [t.turn_rewards for t in episodes],
+                [t.group for t in episodes],
+                [t.turn_observations[: t.num_turns] for t in episodes],
+                gamma=self.gamma,
+                step_weight=self.step_weight,
+                norm=self.norm,
+            )
+        else:
+            scores = torch.tensor([t.total_reward for t in episodes], dtype=torch.float32)
+            groups = torch.tensor([t.group for t in episodes])
+            normed = adv.grpo_advantages(scores, groups, norm=self.norm).tolist()
+            per_turn = [[a] * t.num_turns for a, t in zip(normed, episodes, strict=True)]
+        for t, values in zip(episodes, per_turn, strict=True):
+            t.turn_advantages = [float(a) for a in values]
         return batch
 
 
@@ -110,14 +137,27 @@ def build_sample_pipeline(config) -> ConnectorPipelineV2:
         DropEnvErrorGroups(config.max_env_error_share),
         RewardStdFilter(config.filter_keep_ratio, config.filter_mode),
     ]
-    if config.advantage_estimator == "grpo":
-        pieces.append(GroupNormalizedScores(config.grpo_norm))
+    if not config.uses_critic:
+        pieces.append(
+            GroupAdvantages(
+                config.advantage_estimator,
+                config.grpo_norm,
+                config.gigpo_gamma,
+                config.gigpo_step_weight,
+            )
+        )
     return ConnectorPipelineV2(connectors=pieces)
 
 
 #: Per-trajectory columns: read by ComputeAdvantages and removed there, so that every
 #: column the learner's minibatches see has one row per training sequence.
-TRAJECTORY_COLUMNS = ("stream_index", "turn_end_index", "turn_rewards", "group_advantage")
+TRAJECTORY_COLUMNS = (
+    "stream_index",
+    "stream_turn",
+    "turn_end_index",
+    "turn_rewards",
+    "turn_advantages",
+)
 
 
 class TrajectoriesToBatch(ConnectorV2):
@@ -128,8 +168,9 @@ class TrajectoriesToBatch(ConnectorV2):
     minibatches keep a trajectory's rows together). Per-trajectory columns for the
     advantage estimators: ``stream_index``  # [B, L], the flat [R * T] position of each of
     the trajectory's generated tokens in order (its "response stream", -1 as padding),
+    ``stream_turn``  # [B, L], the turn of each stream token (-1 as padding),
     ``turn_end_index``  # [B, K], each turn's last token in that stream (-1: none),
-    ``turn_rewards``  # [B, K] and ``group_advantage``  # [B].
+    ``turn_rewards`` and ``turn_advantages``  # [B, K] (the latter from the sample stage).
     """
 
     def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
@@ -145,8 +186,9 @@ class TrajectoriesToBatch(ConnectorV2):
             "row_trajectory": np.array([b for b, _ in segments], np.int64),
             "stream_index": np.full((len(episodes), stream), -1, np.int64),
             "turn_end_index": np.full((len(episodes), turns), -1, np.int64),
+            "stream_turn": np.full((len(episodes), stream), -1, np.int64),
             "turn_rewards": np.zeros((len(episodes), turns), np.float32),
-            "group_advantage": np.array([t.group_advantage for t in episodes], np.float32),
+            "turn_advantages": np.zeros((len(episodes), turns), np.float32),
         }
         for r, (_, seg) in enumerate(segments):
             length = len(seg)
@@ -161,10 +203,12 @@ class TrajectoriesToBatch(ConnectorV2):
                 flat = (first_row + seg) * width  # the row's first token, flattened
                 span = np.arange(flat + start, flat + end)
                 cols["stream_index"][b, pos : pos + len(span)] = span
+                cols["stream_turn"][b, pos : pos + len(span)] = k
                 pos += end - start
                 # A turn whose answer is empty has no token to carry its reward.
                 cols["turn_end_index"][b, k] = pos - 1 if end > start else -1
             cols["turn_rewards"][b, : t.num_turns] = t.turn_rewards
+            cols["turn_advantages"][b, : len(t.turn_advantages)] = t.turn_advantages
             first_row += len(t.segments)
         batch[DEFAULT_MODULE_ID] = cols
         return batch
@@ -196,6 +240,7 @@ class ComputeAdvantages(ConnectorV2):
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
         self.estimator = config.advantage_estimator
+        self.uses_critic = config.uses_critic
         self.reward_level = config.reward_level
         self.gamma, self.lam = config.gamma, config.lambda_
         self.turn_gae = (
@@ -210,9 +255,12 @@ class ComputeAdvantages(ConnectorV2):
         cols = batch[DEFAULT_MODULE_ID]
         per_traj = {key: torch.from_numpy(cols.pop(key)) for key in TRAJECTORY_COLUMNS}
         mask = torch.from_numpy(cols["response_mask"])  # [R, T]
-        row_traj = torch.from_numpy(cols["row_trajectory"])  # [R]
-        if self.estimator == "grpo":
-            a = adv.broadcast_to_tokens(per_traj["group_advantage"][row_traj], mask)
+        index = per_traj["stream_index"]  # [B, L]
+        if not self.uses_critic:  # the sample stage gave every turn its advantage
+            turn = per_traj["stream_turn"]  # [B, L]
+            stream_adv = per_traj["turn_advantages"].gather(1, turn.clamp_min(0))  # [B, L]
+            stream_adv = torch.where(turn >= 0, stream_adv, torch.zeros_like(stream_adv))
+            a = from_stream(stream_adv, index, mask.shape)
             cols["advantages"] = a.numpy().astype(np.float32)
             return batch
         module = rl_module[DEFAULT_MODULE_ID] if DEFAULT_MODULE_ID in rl_module else rl_module
@@ -230,7 +278,6 @@ class ComputeAdvantages(ConnectorV2):
                 .cpu()
             )  # [R, T]
         values = values * mask
-        index = per_traj["stream_index"]  # [B, L]
         stream_mask = (index >= 0).float()  # [B, L]
         stream_values = to_stream(values, index)  # [B, L]
         turn_end, turn_rewards = per_traj["turn_end_index"], per_traj["turn_rewards"]

@@ -227,8 +227,9 @@ class Trajectory:
     end_reason: str = ""
     error: str = ""
     weights_version: int = 0
-    #: GRPO: the trajectory's reward normalised within its group (set by the sample stage).
-    group_advantage: float = 0.0
+    #: Critic-free estimators (GRPO, GiGPO): one advantage per turn, set by the sample
+    #: stage from the whole group; GRPO gives every turn the same value.
+    turn_advantages: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         # RLlib counts "env steps" with len(episode); a turn is one env step.

@@ -136,9 +136,7 @@ def test_gae_is_the_same_for_one_sequence_and_for_a_covering_window(full_and_wid
             per_traj.append(
                 torch.cat(
                     [
-                        torch.stack([batch["advantages"][r], batch["value_targets"][r]])[
-                            :, mask[r]
-                        ]
+                        torch.stack([batch["advantages"][r], batch["value_targets"][r]])[:, mask[r]]
                         for r in torch.nonzero(rows).flatten().tolist()
                     ],
                     1,
@@ -154,3 +152,34 @@ def test_context_window_config_rules():
     for bad in (-1, 1.5, "2", True):
         with pytest.raises(ValueError, match="context_window"):
             config(context_window=bad).check_values()
+
+
+@pytest.mark.parametrize("window", [None, 0])
+def test_gigpo_turn_advantages_land_on_their_turns_tokens(window):
+    from ragen_rllib.connectors import build_sample_pipeline
+    from ragen_rllib.core.advantages import gigpo_advantages
+
+    # seed 1: a group with a success, so some step groups disagree with the episode
+    runner, trajs = _sample(
+        context_window=window, advantage_estimator="gigpo", group_size=4, seed=1
+    )
+    cfg = runner.config
+    build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs)
+    expected = gigpo_advantages(
+        [t.turn_rewards for t in trajs],
+        [t.group for t in trajs],
+        [t.turn_observations for t in trajs],
+        gamma=cfg.gigpo_gamma,
+    )
+    assert [t.turn_advantages for t in trajs] == [pytest.approx(e) for e in expected]
+    assert any(len(set(e)) > 1 for e in expected)  # some turns differ from their episode
+    batch = build_learner_pipeline(cfg)(rl_module={}, batch={}, episodes=trajs)["default_policy"]
+    row = 0
+    for t in trajs:
+        for k, (seg, start, end) in enumerate(t.turn_spans):
+            tokens = batch["advantages"][row + seg, start:end]
+            assert torch.allclose(tokens, torch.full_like(tokens, t.turn_advantages[k]))
+        rows = batch["row_trajectory"] == trajs.index(t)
+        assert int(rows.sum()) == len(t.segments)
+        row += len(t.segments)
+    assert torch.all(batch["advantages"][batch["response_mask"] == 0] == 0)

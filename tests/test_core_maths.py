@@ -11,7 +11,9 @@ import torch
 from ragen_rllib.core.advantages import (
     bilevel_gae,
     broadcast_to_tokens,
+    discounted_returns,
     gae,
+    gigpo_advantages,
     grpo_advantages,
     masked_mean,
     masked_whiten,
@@ -167,6 +169,77 @@ def test_grpo_mean_and_identity_modes():
     assert torch.equal(ident, scores)
     with pytest.raises(ValueError, match="median"):
         grpo_advantages(scores, groups, norm="median")
+
+
+# ----- GiGPO ----------------------------------------------------------------------------
+# Two groups; anchor "s" repeats across trajectories of both groups, "t" twice in group 0
+# (turn 2 of trajectory 0 and turn 3 of trajectory 1), "u" and group 1's "t" once.
+GIGPO_REWARDS = [[0, 1], [0, 0, 1], [0], [1, 0], [0]]
+GIGPO_GROUPS = [0, 0, 0, 1, 1]
+GIGPO_ANCHORS = [["s", "t"], ["s", "u", "t"], ["s"], ["s", "t"], ["s"]]
+
+
+def test_discounted_returns():
+    assert discounted_returns([0, 0, 1], 0.5) == [0.25, 0.5, 1.0]
+    assert discounted_returns([1, -1], 1.0) == [0.0, -1.0]
+    assert discounted_returns([], 0.9) == []
+
+
+def test_gigpo_hand_example_mean_norm():
+    got = gigpo_advantages(GIGPO_REWARDS, GIGPO_GROUPS, GIGPO_ANCHORS, gamma=0.5, norm="mean")
+    # Episode: group 0 totals (1, 1, 0) - 2/3; group 1 totals (1, 0) - 1/2.
+    # Step groups: (0, s) returns (0.5, 0.25, 0) - 0.25; (0, t) returns (1, 1) - 1;
+    # (0, u) and (1, t) alone: 0; (1, s) returns (1, 0) - 0.5.
+    third = 1 / 3
+    expected = [
+        [third + 0.25, third + 0.0],
+        [third + 0.0, third + 0.0, third + 0.0],
+        [-2 * third - 0.25],
+        [0.5 + 0.5, 0.5 + 0.0],
+        [-0.5 - 0.5],
+    ]
+    for row, want in zip(got, expected, strict=True):
+        assert row == pytest.approx(want, abs=1e-9)
+    # The step weight scales only the step part.
+    doubled = gigpo_advantages(
+        GIGPO_REWARDS, GIGPO_GROUPS, GIGPO_ANCHORS, gamma=0.5, step_weight=2.0, norm="mean"
+    )
+    assert doubled[0] == pytest.approx([third + 0.5, third], abs=1e-9)
+    assert doubled[3] == pytest.approx([1.5, 0.5], abs=1e-9)
+
+
+def test_gigpo_mean_std_and_identity_norms():
+    got = gigpo_advantages(GIGPO_REWARDS, GIGPO_GROUPS, GIGPO_ANCHORS, gamma=0.5)
+    ep0 = (1 / 3) / math.sqrt(1 / 3)  # group 0: sample std of (1, 1, 0) is sqrt(1/3)
+    ep1 = 0.5 / math.sqrt(0.5)  # group 1: sample std of (1, 0) is sqrt(1/2)
+    # (0, s): returns (0.5, 0.25, 0), sample std 0.25 -> (1, 0, -1); (1, s): (1, 0) -> +-1/sqrt(.5)
+    assert got[0] == pytest.approx([ep0 + 1.0, ep0], rel=1e-5)
+    assert got[1] == pytest.approx([ep0, ep0, ep0], rel=1e-5)
+    assert got[2] == pytest.approx([-2 * ep0 - 1.0], rel=1e-5)
+    assert got[3] == pytest.approx([ep1 + ep1, ep1], rel=1e-5)
+    assert got[4] == pytest.approx([-ep1 - ep1], rel=1e-5)
+    ident = gigpo_advantages(GIGPO_REWARDS, GIGPO_GROUPS, GIGPO_ANCHORS, gamma=0.5, norm="identity")
+    # Episode part = the total reward itself; the step part is still centred.
+    assert ident[0] == pytest.approx([1 + 0.25, 1.0]) and ident[4] == pytest.approx([0 - 0.5])
+
+
+def test_gigpo_equals_grpo_when_no_state_repeats():
+    rewards = [[0, 1], [1], [0, 0, 0]]
+    anchors = [["a", "b"], ["c"], ["d", "e", "f"]]
+    got = gigpo_advantages(rewards, [7, 7, 7], anchors)
+    episode = grpo_advantages(torch.tensor([1.0, 1.0, 0.0]), [7, 7, 7]).tolist()
+    assert [row[0] for row in got] == pytest.approx(episode, rel=1e-6)
+    assert all(len(set(row)) == 1 for row in got)  # every step group is a singleton
+
+
+def test_gigpo_rejects_mismatched_inputs():
+    with pytest.raises(ValueError, match="one entry per trajectory"):
+        gigpo_advantages([[1.0]], [0, 1], [["a"]])
+    with pytest.raises(ValueError, match="2 turn rewards but 1 anchors"):
+        gigpo_advantages([[1.0, 0.0]], [0], [["a"]])
+    with pytest.raises(ValueError, match="norm"):
+        gigpo_advantages([[1.0]], [0], [["a"]], norm="z")
+    assert gigpo_advantages([], [], []) == []
 
 
 def test_broadcast_masked_mean_and_whiten():

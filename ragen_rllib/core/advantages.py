@@ -10,7 +10,9 @@ module turns those into per-token advantages and value targets:
   end of the trajectory or at the end of every turn (TRICO's turn-level reward);
 * ``bilevel_gae``: VAGEN/TRICO's turn-level GAE followed by a token-level GAE
   inside each turn;
-* ``grpo_advantages`` + ``broadcast_to_tokens``: critic-free GRPO.
+* ``grpo_advantages`` + ``broadcast_to_tokens``: critic-free GRPO;
+* ``gigpo_advantages``: critic-free GiGPO, GRPO's episode advantage plus a
+  step advantage from the turns that start in the same state.
 
 Observation tokens between turns are not actions, so every estimator walks
 only the ``mask == 1`` tokens and skips the others as if they were not there.
@@ -18,6 +20,7 @@ only the ``mask == 1`` tokens and skips the others as if they were not there.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -251,3 +254,81 @@ def broadcast_to_tokens(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """One advantage per trajectory onto its generated tokens  # [B], [B, T] -> [B, T]."""
     adv = adv.to(torch.float32) if not adv.is_floating_point() else adv
     return adv[:, None] * mask.to(adv.dtype)
+
+
+# ----- GiGPO ---------------------------------------------------------------------------
+def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """R_t = r_t + gamma * R_{t+1} for one trajectory's turn rewards (R after the last: 0)."""
+    out, running = [0.0] * len(rewards), 0.0
+    for t in reversed(range(len(rewards))):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
+def gigpo_advantages(
+    turn_rewards: Sequence[Sequence[float]],
+    group_ids: Sequence[Any],
+    anchors: Sequence[Sequence[Hashable]],
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    norm: str = "mean_std",
+    eps: float = 1e-6,
+) -> list[list[float]]:
+    """GiGPO: one advantage per turn  # ragged [N][K_i] -> [N][K_i].
+
+    ``turn_rewards[i][t]``: reward of trajectory i's turn t; ``group_ids[i]``: its
+    group (the rollouts of one initial state); ``anchors[i][t]``: the state turn t
+    started from (e.g. the observation text), compared by equality.
+
+    * Episode advantage: ``grpo_advantages`` of the trajectories' total rewards
+      within their group, with ``norm``.
+    * Step advantage: the turns of one group that start from the same anchor
+      state form a step group; a turn's discounted return
+      R_t = sum_k gamma^(k-t) r_k (k >= t, its own trajectory) minus the step
+      group's mean, divided by the group's SAMPLE std (+ eps) when ``norm`` is
+      ``"mean_std"``. A step group of one turn gives 0.
+    * Turn advantage = episode advantage + ``step_weight`` * step advantage.
+    """
+    n = len(turn_rewards)
+    if not (len(group_ids) == len(anchors) == n):
+        raise ValueError(
+            f"turn_rewards ({n}), group_ids ({len(group_ids)}) and anchors ({len(anchors)}) "
+            "must have one entry per trajectory"
+        )
+    for i, (rewards, states) in enumerate(zip(turn_rewards, anchors, strict=True)):
+        if len(rewards) != len(states):
+            raise ValueError(
+                f"trajectory {i}: {len(rewards)} turn rewards but {len(states)} anchors"
+            )
+    if norm not in ("mean_std", "mean", "identity"):
+        raise ValueError(f"norm must be 'mean_std', 'mean' or 'identity', got {norm!r}")
+    if n == 0:
+        return []
+    totals = torch.tensor([float(sum(r)) for r in turn_rewards], dtype=torch.float64)
+    episode = grpo_advantages(totals, _ids(group_ids), eps, norm)
+    keys: dict[tuple[Any, Hashable], int] = {}
+    step_key, step_return = [], []
+    for i, (rewards, states) in enumerate(zip(turn_rewards, anchors, strict=True)):
+        step_return.extend(discounted_returns(rewards, gamma))
+        step_key.extend(keys.setdefault((group_ids[i], s), len(keys)) for s in states)
+    if not step_key:
+        return [[] for _ in range(n)]
+    returns = torch.tensor(step_return, dtype=torch.float64)  # [M] every turn of the batch
+    _, inverse, counts, mean, std = group_stats(returns, torch.tensor(step_key))
+    step = returns - mean[inverse]
+    if norm == "mean_std":
+        step = step / (std[inverse] + eps)
+    step = torch.where(counts[inverse] > 1, step, torch.zeros_like(step))
+    out, first = [], 0
+    for i, rewards in enumerate(turn_rewards):
+        part = step[first : first + len(rewards)]
+        out.append([float(episode[i]) + step_weight * float(x) for x in part])
+        first += len(rewards)
+    return out
+
+
+def _ids(group_ids: Sequence[Any]) -> list[int]:
+    """Any hashable group labels as integers (first come, first numbered)."""
+    seen: dict[Any, int] = {}
+    return [seen.setdefault(g, len(seen)) for g in group_ids]
