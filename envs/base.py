@@ -26,6 +26,31 @@ _ANSWER_CHARSET = string.ascii_letters + string.digits + " <>/|_-.,:\n"
 INSTRUCTION_STYLES = ("full", "compact")
 
 
+def grid_coordinates(grid: str, symbols: str) -> str:
+    """Where ``symbols`` stand in the text ``grid`` (one row per line): one
+    ``"<symbol> <row>,<column> ..."`` entry per symbol present, 0-based and row-major,
+    the entries in the order of ``symbols``, joined by ``"; "``.
+
+    >>> grid_coordinates("P_O\n__G", "PGO")
+    'P 0,0; G 1,2; O 0,2'
+    """
+    rows = grid.split("\n")
+    entries = []
+    for symbol in symbols:
+        cells = [
+            f"{r},{c}" for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == symbol
+        ]
+        if cells:
+            entries.append(f"{symbol} {' '.join(cells)}")
+    return "; ".join(entries)
+
+
+def coordinates_max_length(grid_length: int, symbols: str) -> int:
+    """An upper bound on the length of :func:`grid_coordinates` for a grid of at most
+    ``grid_length`` characters (each cell listed once, at most two 2-digit numbers)."""
+    return grid_length * 6 + len(symbols) * 4
+
+
 class TextEnv(gym.Env):
     """Base class for the turn-based text environments.
 
@@ -44,6 +69,10 @@ class TextEnv(gym.Env):
             symbol legend, the actions and the budgets, for real LLMs) or
             ``"compact"`` (the goal, the symbols that matter and the action names,
             in a few words: a much shorter prompt for small models).
+        coordinates: grid envs only: append to every observation a line that says
+            where the landmark symbols stand (:func:`grid_coordinates`), e.g.
+            ``"P 1,0; G 2,3; O 0,2 1,3"`` (0-based row,column). The grid stays; the
+            line spares a small model the counting along rows and columns.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -51,6 +80,8 @@ class TextEnv(gym.Env):
     obs_charset: str = ""
     #: Upper bound on the observation length (set by subclasses).
     obs_max_length: int = 1024
+    #: Grid envs: the symbols the ``coordinates`` line lists, in its order.
+    landmark_symbols: str = ""
 
     def __init__(
         self,
@@ -64,6 +95,7 @@ class TextEnv(gym.Env):
         max_answer_chars: int = 512,
         render_mode: str | None = None,
         instructions: str = "full",
+        coordinates: bool = False,
     ) -> None:
         if not isinstance(action_budget, int) or action_budget < 1:
             raise ValueError(f"action_budget must be an int >= 1, got {action_budget!r}")
@@ -75,7 +107,18 @@ class TextEnv(gym.Env):
             raise ValueError(
                 f"instructions must be one of {list(INSTRUCTION_STYLES)}, got {instructions!r}"
             )
+        if not isinstance(coordinates, bool):
+            raise ValueError(f"coordinates must be true or false, got {coordinates!r}")
+        if coordinates and not self.landmark_symbols:
+            raise ValueError(
+                f"coordinates=True needs a grid env; {type(self).__name__} draws no grid"
+            )
         self.instructions_style = instructions
+        self.coordinates = coordinates
+        charset, max_length = self.obs_charset, self.obs_max_length
+        if coordinates:
+            charset = "".join(sorted(set(charset) | set(string.digits + ",; ")))
+            max_length += 1 + coordinates_max_length(max_length, self.landmark_symbols)
         self.action_budget = action_budget
         self.max_turns = max_turns
         self.format_penalty = float(format_penalty)
@@ -84,7 +127,7 @@ class TextEnv(gym.Env):
         )
         self.render_mode = render_mode
         self.observation_space = gym.spaces.Text(
-            max_length=self.obs_max_length, min_length=1, charset=self.obs_charset
+            max_length=max_length, min_length=1, charset=charset
         )
         self.action_space = gym.spaces.Text(max_length=max_answer_chars, charset=_ANSWER_CHARSET)
         self._actions_left = 0
@@ -139,7 +182,7 @@ class TextEnv(gym.Env):
         self._actions_left = self.action_budget
         self._turn = 0
         self._done = False
-        return self._render_text(), {"actions_left": self._actions_left, "success": False}
+        return self._observe(), {"actions_left": self._actions_left, "success": False}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Play one turn: ``action`` is the model's raw answer text."""
@@ -166,10 +209,17 @@ class TextEnv(gym.Env):
         truncated = not terminated and (self._actions_left <= 0 or out_of_turns)
         self._done = terminated or truncated
         info = self._turn_info(parsed, executed, n_effective, env_reward, penalty)
-        return self._render_text(), env_reward + penalty, terminated, truncated, info
+        return self._observe(), env_reward + penalty, terminated, truncated, info
 
     def render(self) -> str | None:
-        return self._render_text() if self.render_mode == "ansi" else None
+        return self._observe() if self.render_mode == "ansi" else None
+
+    def _observe(self) -> str:
+        """The observation: the drawn state, plus the coordinates line when asked for."""
+        text = self._render_text()
+        if self.coordinates:
+            text += "\n" + grid_coordinates(text, self.landmark_symbols)
+        return text
 
     def _turn_info(
         self,

@@ -87,10 +87,16 @@ class FrozenLakeEnv(TextEnv):
         p_frozen: probability that a tile is frozen rather than a hole (paper: 0.8).
         is_slippery: whether moves slip to a perpendicular direction (paper: True).
         action_budget: actions per trajectory (paper: 10).
-        **kwargs: passed to :class:`TextEnv` (max_actions_per_turn, format_penalty, ...).
+        **kwargs: passed to :class:`TextEnv` (max_actions_per_turn, format_penalty,
+            instructions, coordinates: a line with the positions of you, the goal and
+            the holes, ...).
     """
 
     obs_charset = "".join(sorted(set(SYMBOLS.values()) | {"\n"}))
+    # Where you are (also in a hole or on the goal), the goal, then the holes.
+    landmark_symbols = "".join(
+        SYMBOLS[role] for role in ("player", "player_in_hole", "player_on_goal", "goal", "hole")
+    )
 
     def __init__(
         self,

@@ -148,6 +148,8 @@ class SokobanEnv(TextEnv):
         max_steps: actions an episode may execute; it is truncated when they
             are spent (like ``action_budget``, whichever is smaller applies).
         vocab: ``"standard"`` or ``"new"`` symbol set for observations.
+        coordinates: append a line with the positions of you, the boxes and the
+            targets (see :class:`TextEnv`).
         action_budget: actions per trajectory (paper: 10).
         **kwargs: passed to :class:`TextEnv` (max_actions_per_turn, format_penalty, ...).
 
@@ -179,6 +181,9 @@ class SokobanEnv(TextEnv):
         self.num_player_moves = int(num_player_moves)
         self.max_steps = int(max_steps)
         self.vocab = vocab
+        # The coordinates line: you, the boxes, then the targets still free.
+        roles = ("player", "player_on_target", "box", "box_on_target", "target")
+        self.landmark_symbols = "".join(VOCABS[vocab][role] for role in roles)
         rows, cols = self.dim_room
         self.obs_max_length = rows * (cols + 1) - 1
         super().__init__(action_budget=action_budget, **kwargs)

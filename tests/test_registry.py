@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
@@ -104,3 +105,39 @@ def test_compact_instructions_are_short_and_name_every_action(env_id):
     assert compact.reset(seed=5)[0] == full.reset(seed=5)[0]
     with pytest.raises(ValueError, match="instructions must be one of"):
         gym.make(env_id, instructions="terse")
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_coordinates_line_names_every_landmark_of_the_grid(env_id):
+    plain = gym.make(env_id).unwrapped
+    if not plain.landmark_symbols:  # the bandits draw no grid
+        with pytest.raises(ValueError, match="coordinates=True needs a grid env"):
+            gym.make(env_id, coordinates=True)
+        return
+    env = gym.make(env_id, coordinates=True).unwrapped
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        obs, _ = env.reset(seed=seed)
+        grid, _ = plain.reset(seed=seed)
+        for _ in range(4):
+            assert env.observation_space.contains(obs), obs
+            *rows, line = obs.split("\n")
+            assert "\n".join(rows) == grid  # the grid itself is unchanged
+            listed = {}
+            for entry in line.split("; "):
+                symbol, *cells = entry.split(" ")
+                listed[symbol] = {tuple(map(int, cell.split(","))) for cell in cells}
+            drawn = {}
+            for r, row in enumerate(rows):
+                for c, cell in enumerate(row):
+                    if cell in env.landmark_symbols:
+                        drawn.setdefault(cell, set()).add((r, c))
+            assert listed == drawn
+            action = env.action_names[int(rng.integers(len(env.action_names)))]
+            answer = f"<think>x</think><answer>{action}</answer>"
+            obs, _, term, trunc, _ = env.step(answer)
+            grid, *_ = plain.step(answer)  # same seed: the same slips and ends
+            if term or trunc:
+                break
+    with pytest.raises(ValueError, match="coordinates must be true or false"):
+        gym.make(env_id, coordinates="yes")
