@@ -76,12 +76,13 @@ from .context import (
     first_user_text,
     render_turn,
     system_prompt_for,
+    with_instructions,
 )
 
 logger = logging.getLogger(__name__)
 
 #: Bump when the build changes in a way the parameters below do not capture.
-BUILD_VERSION = 3
+BUILD_VERSION = 4
 BUILTIN_NAMES = {"builtin": True, "builtin-raw": False}  # name -> pretrained
 
 PAD, IM_START, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -111,13 +112,18 @@ class BuiltinSpec:
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
     corpus_seeds: int = 50  # env seeds whose texts make up the vocabulary
-    pretrain_steps: int = 2000
+    pretrain_steps: int = 1000
     pretrain_batch: int = 18  # transcripts per step, the envs in turn (2 of each of the 9)
-    pretrain_chunk: int = 6  # transcripts per forward pass, sorted by length
+    # Single-turn snapshots per step (the envs in turn): the prompt a context window of 0
+    # renders for a state reached by random play, and one answer. Short and cheap; most
+    # of the practice at reading the grid happens here.
+    pretrain_snapshots: int = 36
+    pretrain_chunk_tokens: int = 2400  # padded tokens per forward pass (sorted by length)
     pretrain_lr: float = 3e-3
     pretrain_max_turns: int = 6  # answers per transcript at most
     compact_share: float = 0.7  # share of compact prompts, and of compact instructions
     observation_weight: float = 4.0  # loss weight of the user messages after an answer
+    coordinates_share: float = 0.5  # grid envs: share of episodes with the coordinates line
 
     def __post_init__(self) -> None:
         if self.head_dim < 32:
@@ -270,12 +276,17 @@ def build_model(tokenizer: Any, spec: BuiltinSpec, seed: int) -> Any:
     return Qwen2ForCausalLM(config)
 
 
-def _random_answer(rng: np.random.Generator, env: Any) -> str:
-    """Filler thoughts and uniformly random valid actions, after the ``<think>`` prefill."""
+def _random_answer(rng: np.random.Generator, env: Any, arm: str | None = None) -> str:
+    """A pretraining answer after the ``<think>`` prefill: a few filler words, then
+    uniformly random valid actions (one to three; one arm for the bandits, ``arm``
+    when given). Nothing in it depends on the state."""
     think = " ".join(rng.choice(FILLER_WORDS, size=int(rng.integers(1, 5))))
     names = env.action_names
-    count = 1 if env.action_budget == 1 else int(rng.integers(1, 4))  # bandits: one arm
-    actions = f" {SEPARATOR} ".join(names[int(i)] for i in rng.integers(len(names), size=count))
+    if env.action_budget == 1:  # the bandits: one arm
+        actions = arm if arm is not None else names[int(rng.integers(len(names)))]
+    else:
+        count = int(rng.integers(1, 4))
+        actions = f" {SEPARATOR} ".join(names[int(i)] for i in rng.integers(len(names), size=count))
     return f" {think} </think> <answer> {actions} </answer>"
 
 
@@ -285,8 +296,10 @@ class _Corpus:
     Each transcript draws its prompt style (``compact`` with probability
     ``spec.compact_share``, else ``full``) and, independently, the env's
     instruction style the same way, so the model reads all four combinations.
-    Every turn's answer is :func:`_random_answer`: the actions are uniform over
-    the valid ones and never depend on the state, so the corpus holds no policy.
+    On the grid envs a share ``spec.coordinates_share`` of the episodes also
+    shows the env's ``coordinates`` line under each grid. Every turn's answer is
+    :func:`_random_answer`: its actions are uniform over the valid ones and never
+    depend on the state, so the corpus holds no policy.
     """
 
     def __init__(self, tokenizer: Any, spec: BuiltinSpec):
@@ -294,32 +307,60 @@ class _Corpus:
         self.tokenizer = tokenizer
         self.env_ids = sorted(ragen_envs.ENV_IDS)
         self.envs = {
-            (env_id, style): gym.make(env_id, instructions=style).unwrapped
+            (env_id, style, coords): gym.make(
+                env_id, instructions=style, coordinates=coords
+            ).unwrapped
             for env_id in self.env_ids
             for style in INSTRUCTION_STYLES
+            for coords in (False, True)
+            if not coords or gym.make(env_id).unwrapped.landmark_symbols
         }
         self.formats = {
             style: ChatFormat(tokenizer, system_prompt=system_prompt_for(style), prefill="<think>")
             for style in PROMPT_STYLES
         }
+        # Bandit arms are pulled in turn, by name, so that every name is pulled equally
+        # often in every stretch of the corpus: uniform draws leave a chance excess of
+        # one name in the last batches, which the model keeps as a preference.
+        self._pulls = dict.fromkeys(self.env_ids, 0)
+
+    def next_arm(self, env_id: str) -> str | None:
+        """The arm the next transcript of a bandit ``env_id`` pulls (None: not a bandit)."""
+        env = self.envs[(env_id, "compact", False)]
+        if env.action_budget != 1:
+            return None
+        names = sorted(arm.name for arm in env.arms)
+        self._pulls[env_id] += 1
+        return names[(self._pulls[env_id] - 1) % len(names)]
 
     def _style(self, rng: np.random.Generator) -> str:
         return "compact" if rng.random() < self.spec.compact_share else "full"
 
+    def _env(self, rng: np.random.Generator, env_id: str) -> tuple[Any, str]:
+        """(env, prompt style): the instruction and prompt styles and the coordinates
+        line drawn for one episode."""
+        prompt_style, instructions = self._style(rng), self._style(rng)
+        coords = rng.random() < self.spec.coordinates_share
+        env = self.envs.get((env_id, instructions, coords)) or self.envs[
+            (env_id, instructions, False)
+        ]
+        return env, prompt_style
+
     def transcript(
-        self, rng: np.random.Generator, env_id: str
+        self, rng: np.random.Generator, env_id: str, arm: str | None = None
     ) -> tuple[list[int], list[int]]:
         """(token ids, kinds): kind 0 = prompt and framing, 1 = answer, 2 = observation text.
 
         The episode runs until the env ends it or ``spec.pretrain_max_turns`` answers.
+        ``arm``: the arm a bandit transcript pulls (default: a uniform draw).
         """
-        prompt_style, instructions = self._style(rng), self._style(rng)
-        env, fmt = self.envs[(env_id, instructions)], self.formats[prompt_style]
+        env, prompt_style = self._env(rng, env_id)
+        fmt = self.formats[prompt_style]
         obs, info = env.reset(seed=int(rng.integers(2**31)))
         ids = fmt.prompt_ids(first_user_text(env, obs, info["actions_left"], prompt_style))
         kinds = [0] * len(ids)
         for turn in range(1, self.spec.pretrain_max_turns + 1):
-            answer = _random_answer(rng, env)
+            answer = _random_answer(rng, env, arm)
             answer_ids = self.tokenizer.encode(answer, add_special_tokens=False)
             answer_ids.append(fmt.eos_token_id)
             ids, kinds = ids + answer_ids, kinds + [1] * len(answer_ids)
@@ -331,6 +372,46 @@ class _Corpus:
             more = fmt.continuation_ids(user, ended_with_eos=True)
             ids, kinds = ids + more, kinds + [2] * len(more)
         raise AssertionError("unreachable")
+
+    def snapshot(
+        self, rng: np.random.Generator, env_id: str, arm: str | None = None
+    ) -> tuple[list[int], list[int]]:
+        """(token ids, kinds) of one turn as a context window of 0 renders it: random play
+        for 0 to ``spec.pretrain_max_turns - 1`` turns (while the episode lasts), then the
+        instructions with that turn's observation, and one answer."""
+        env, prompt_style = self._env(rng, env_id)
+        fmt = self.formats[prompt_style]
+        obs, info = env.reset(seed=int(rng.integers(2**31)))
+        turn, reward = 1, None
+        for _ in range(int(rng.integers(self.spec.pretrain_max_turns))):
+            answer = _random_answer(rng, env)
+            nxt, nxt_reward, terminated, truncated, nxt_info = env.step("<think>" + answer)
+            if terminated or truncated:
+                break
+            obs, reward, info, turn = nxt, nxt_reward, nxt_info, turn + 1
+        text = render_turn(turn, obs, info["actions_left"], reward, prompt_style)
+        ids = fmt.prompt_ids(with_instructions(env, text, prompt_style))
+        answer_ids = self.tokenizer.encode(
+            _random_answer(rng, env, arm), add_special_tokens=False
+        ) + [fmt.eos_token_id]
+        closing = fmt.closing_ids(ended_with_eos=True)
+        kinds = [0] * len(ids) + [1] * len(answer_ids) + [0] * len(closing)
+        return ids + answer_ids + closing, kinds
+
+
+def _chunks(
+    examples: list[tuple[list[int], list[float]]], max_tokens: int
+) -> Iterator[list[tuple[list[int], list[float]]]]:
+    """Length-sorted ``examples`` cut into runs of at most ``max_tokens`` padded tokens
+    (at least one example each)."""
+    chunk: list[tuple[list[int], list[float]]] = []
+    for example in examples:
+        if chunk and (len(chunk) + 1) * len(example[0]) > max_tokens:
+            yield chunk
+            chunk = []
+        chunk.append(example)
+    if chunk:
+        yield chunk
 
 
 def _batch(examples: list[tuple[list[int], list[float]]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -399,16 +480,19 @@ def pretrain(
     start = time.perf_counter()
     for step in range(steps):
         examples = []
-        for _ in range(spec.pretrain_batch):
-            ids, kinds = corpus.transcript(rng, corpus.env_ids[next(schedule)])
+        makers = [corpus.transcript] * spec.pretrain_batch
+        makers += [corpus.snapshot] * spec.pretrain_snapshots
+        for make in makers:
+            env_id = corpus.env_ids[next(schedule)]
+            ids, kinds = make(rng, env_id, arm=corpus.next_arm(env_id))
             weights = [spec.observation_weight if kind == 2 else 1.0 for kind in kinds]
             examples.append((ids, weights))
         examples.sort(key=lambda example: len(example[0]))  # stable: deterministic
         total = sum(sum(weights[1:]) for _, weights in examples)
         optimizer.zero_grad(set_to_none=True)
         loss = 0.0
-        for first in range(0, len(examples), spec.pretrain_chunk):
-            chunk = _batch(examples[first : first + spec.pretrain_chunk], tokenizer.pad_token_id)
+        for examples_chunk in _chunks(examples, spec.pretrain_chunk_tokens):
+            chunk = _batch(examples_chunk, tokenizer.pad_token_id)
             chunk_loss = _lm_loss_sum(model, **chunk) / total
             chunk_loss.backward()
             loss += chunk_loss.item()
@@ -427,6 +511,58 @@ def pretrain(
 
 # ----- evaluation -----------------------------------------------------------------
 @torch.no_grad()
+def first_answers(
+    path: str,
+    n: int,
+    temperature: float,
+    *,
+    seed: int = 0,
+    max_new_tokens: int = 48,
+    prompt_style: str = "full",
+    env_ids: tuple[str, ...] = ragen_envs.ENV_IDS,
+) -> list[tuple[Any, str, str | None]]:
+    """``n`` first-turn answers of the model at ``path``: ``(env, observation, answer)``.
+
+    Prompts cycle over ``env_ids`` (reset seeds 100000+i), rendered in
+    ``prompt_style`` with the env's instructions in the same style; an answer is
+    ``"<think>"`` plus the generated text up to ``<|im_end|>``, or None when it did
+    not stop within ``max_new_tokens``. ``temperature`` 0 decodes greedily.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    fmt = ChatFormat(tokenizer, system_prompt=system_prompt_for(prompt_style), prefill="<think>")
+    picked = [env_ids[i % len(env_ids)] for i in range(n)]
+    cases, prompts = [], []
+    for i, env_id in enumerate(picked):
+        env = gym.make(env_id, instructions=prompt_style).unwrapped
+        obs, info = env.reset(seed=100_000 + i)
+        cases.append((env, obs))
+        text = first_user_text(env, obs, info["actions_left"], prompt_style)
+        prompts.append(fmt.prompt_ids(text))
+    width = max(map(len, prompts))  # left padding, so every answer starts at column `width`
+    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    torch.manual_seed(seed)
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0}
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **(sampling if temperature > 0 else {"do_sample": False}),
+    )
+    answers = []
+    for row, (env, obs) in enumerate(cases):
+        ids = out[row, width:].tolist()
+        if tokenizer.eos_token_id not in ids:
+            answers.append((env, obs, None))  # never stopped
+            continue
+        ids = ids[: ids.index(tokenizer.eos_token_id)]
+        answers.append((env, obs, "<think>" + tokenizer.decode(ids, skip_special_tokens=False)))
+    return answers
+
+
 def format_valid_rate(
     path: str,
     n: int = 64,
@@ -436,51 +572,15 @@ def format_valid_rate(
     max_new_tokens: int = 48,
     prompt_style: str = "full",
 ) -> float:
-    """Share of ``n`` sampled first-turn answers that parse as valid (format and actions).
-
-    Prompts cycle over every registered env id (reset seeds 100000+i), rendered
-    in ``prompt_style`` with the env's instructions in the same style; each
-    answer is ``"<think>"`` plus the generated text up to ``<|im_end|>``, which
-    must have been generated within ``max_new_tokens``.
-    """
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    fmt = ChatFormat(tokenizer, system_prompt=system_prompt_for(prompt_style), prefill="<think>")
-    envs = {
-        env_id: gym.make(env_id, instructions=prompt_style).unwrapped
-        for env_id in ragen_envs.ENV_IDS
-    }
-    env_ids = [list(envs)[i % len(envs)] for i in range(n)]
-    prompts = []
-    for i, env_id in enumerate(env_ids):
-        env = envs[env_id]
-        obs, info = env.reset(seed=100_000 + i)
-        text = first_user_text(env, obs, info["actions_left"], prompt_style)
-        prompts.append(fmt.prompt_ids(text))
-    width = max(map(len, prompts))  # left padding, so every answer starts at column `width`
-    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
-    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    torch.manual_seed(seed)
-    out = model.generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        do_sample=True,
-        temperature=temperature,
-        top_p=1.0,
-        top_k=0,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+    """Share of ``n`` sampled first-turn answers (:func:`first_answers`, every env id)
+    that stopped and parse as valid (format and actions)."""
+    answers = first_answers(
+        path, n, temperature, seed=seed, max_new_tokens=max_new_tokens, prompt_style=prompt_style
     )
-    valid = 0
-    for row, env_id in enumerate(env_ids):
-        answer = out[row, width:].tolist()
-        if tokenizer.eos_token_id not in answer:
-            continue  # never stopped
-        answer = answer[: answer.index(tokenizer.eos_token_id)]
-        env = envs[env_id]
-        text = "<think>" + tokenizer.decode(answer, skip_special_tokens=False)
-        valid += ragen_envs.parse_answer(text, env.action_names, env.parser).is_valid
+    valid = sum(
+        text is not None and ragen_envs.parse_answer(text, env.action_names, env.parser).is_valid
+        for env, _, text in answers
+    )
     return valid / n
 
 

@@ -8,6 +8,7 @@ import shutil
 from importlib import metadata
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -17,6 +18,8 @@ from ragen_rllib import builtin_build
 from ragen_rllib.builtin_build import INFO_FILE, PACKAGED_DIR, file_digests, packaged_model
 from ragen_rllib.builtin_model import (
     BuiltinSpec,
+    _Corpus,
+    _random_answer,
     build_key,
     build_tokenizer,
     build_vocab,
@@ -41,7 +44,10 @@ FILES = (
     "tokenizer_config.json",
 )
 # A short pretraining: enough to check determinism, not to learn anything.
-TINY = BuiltinSpec(pretrain_steps=3, pretrain_batch=4, pretrain_chunk=2, pretrain_max_turns=2)
+TINY = BuiltinSpec(
+    pretrain_steps=3, pretrain_batch=4, pretrain_snapshots=4, pretrain_chunk_tokens=600,
+    pretrain_max_turns=2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +169,39 @@ def test_compact_prompt_style(tokenizer):
     assert len(fmt.prompt_ids(first)) * 3 < len(full)  # about 50 tokens against 175
     with pytest.raises(ValueError, match="prompt_style"):
         render_turn(1, obs, 1, None, "short")
+
+
+# ----- the pretraining corpus -------------------------------------------------------
+def test_pretraining_answers_act_at_random_whatever_the_state():
+    lake = gym.make("ragen/FrozenLakeNoSlip-v0").unwrapped
+    answers = []
+    for seed in (0, 1):
+        obs, _ = lake.reset(seed=seed)
+        answers.append(_random_answer(np.random.default_rng(7), lake))
+    parsed = [
+        ragen_envs.parse_answer("<think>" + a, lake.action_names, lake.parser) for a in answers
+    ]
+    # The same draws give the same answer in another state: no policy.
+    assert answers[0] == answers[1] and parsed[0].is_valid
+
+
+def test_corpus_pulls_bandit_arms_in_turn_and_snapshots_render_a_window_of_zero(tokenizer):
+    corpus = _Corpus(tokenizer, BuiltinSpec())
+    arms = [corpus.next_arm("ragen/Bandit-v0") for _ in range(6)]
+    assert sorted(arms[:2]) == ["Dragon", "Phoenix"] and arms[:2] * 3 == arms
+    assert corpus.next_arm("ragen/SimpleSokoban-v0") is None
+    rng = np.random.default_rng(0)
+    seen_coordinates = 0
+    for env_id in ("ragen/FrozenLakeNoSlip-v0", "ragen/SimpleSokoban-v0", "ragen/Bandit-v0"):
+        for _ in range(5):
+            ids, kinds = corpus.snapshot(rng, env_id, arm=corpus.next_arm(env_id))
+            assert len(ids) == len(kinds) and kinds.count(1) > 0 and 2 not in kinds
+            text = tokenizer.decode(ids)
+            assert text.count("<|im_start|>user") == text.count("<|im_start|>assistant") == 1
+            answer = tokenizer.decode(ids[kinds.index(1) : len(kinds) - kinds[::-1].index(1)])
+            assert "</think>" in answer and answer.endswith("</answer><|im_end|>"), answer
+            seen_coordinates += ";" in text
+    assert seen_coordinates > 0  # some grid episodes show the coordinates line
 
 
 # ----- the saved model ------------------------------------------------------------
