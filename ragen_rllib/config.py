@@ -189,7 +189,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eval_seed": _int_at_least(0),
     "context_window": (
         lambda v: v is None or (is_int(v) and 0 <= v < _INT_LIMIT),
-        "must be null (the whole history) or an integer >= 0 (turns of history kept)",
+        "must be null (the whole history) or an integer >= 0 and < 2**31 (turns of history "
+        "kept)",
     ),
     "eval_interval": _int_at_least(0),
     "num_env_runners": _int_at_least(0),

@@ -134,6 +134,8 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return v is None or (_num(v) and v > 0)
     if key == "prefill":
         return isinstance(v, str)
+    if key == "context_window":
+        return v is None or (_int(v) and 0 <= v < 2**31)
     if key == "num_cpus_per_learner":
         return v == "auto" or (_num(v) and v >= 0)
     if key == "llm":  # a string may be a hub id or a directory somewhere else
@@ -173,6 +175,7 @@ def valid_sample(key: str, rng: random.Random) -> Any:
         "vf_clip": rng.choice([None, 0.5, 1.0]),
         "grad_clip": rng.choice([None, 0.5, 1.0]),
         "prefill": rng.choice(["", "<think>", "Let me think."]),
+        "context_window": rng.choice([None, 0, 1, 3]),
         "num_cpus_per_learner": rng.choice(["auto", 1, 0.5]),
         "llm": rng.choice(["builtin", "builtin-raw", "no-such-org/no-such-model", "1e-4"]),
         "env": rng.choice(ENV_IDS),
