@@ -18,6 +18,9 @@ sampling sharper than uniform can make a random policy worse).
     python bench/bench_no_policy.py                        # compact prompts, 256 states
     python bench/bench_no_policy.py --prompt-style full --states 128
     python bench/bench_no_policy.py --llm /path/to/model --envs ragen/Bandit-v0
+    python bench/bench_no_policy.py --max-turns 10 --max-actions-per-turn 1 --context-window 0 \
+        --coordinates   # the CPU examples' setting: one move a turn, the current observation
+                        # only, with the coordinates line under the grid
 """
 
 from __future__ import annotations
@@ -64,6 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--prompt-style", choices=("compact", "full"), default="compact")
     parser.add_argument("--temperatures", type=float, nargs="*", default=[0.5, 1.0])
+    parser.add_argument(
+        "--max-actions-per-turn", type=int, default=None, help="the envs' limit (default: theirs)"
+    )
+    parser.add_argument(
+        "--context-window", type=int, default=None, help="turns of history (default: all)"
+    )
+    parser.add_argument(
+        "--coordinates", action="store_true", help="grid envs: the coordinates line under the grid"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
@@ -78,12 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * (len(head) + 1))
     for env_id in args.envs:
         env_config = {"instructions": args.prompt_style}
+        if args.max_actions_per_turn is not None:
+            env_config["max_actions_per_turn"] = args.max_actions_per_turn
+        if args.coordinates and gym.make(env_id).unwrapped.landmark_symbols:
+            env_config["coordinates"] = True
         config = StarPOConfig.from_user_dict(
             {
                 "env": env_id,
                 "env_config": env_config,
                 "llm": args.llm,
                 "prompt_style": args.prompt_style,
+                "context_window": args.context_window,
                 "max_turns": args.max_turns,
                 "max_new_tokens": args.max_new_tokens,
                 "env_groups": 1,
