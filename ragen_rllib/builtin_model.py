@@ -511,58 +511,6 @@ def pretrain(
 
 # ----- evaluation -----------------------------------------------------------------
 @torch.no_grad()
-def first_answers(
-    path: str,
-    n: int,
-    temperature: float,
-    *,
-    seed: int = 0,
-    max_new_tokens: int = 48,
-    prompt_style: str = "full",
-    env_ids: tuple[str, ...] = ragen_envs.ENV_IDS,
-) -> list[tuple[Any, str, str | None]]:
-    """``n`` first-turn answers of the model at ``path``: ``(env, observation, answer)``.
-
-    Prompts cycle over ``env_ids`` (reset seeds 100000+i), rendered in
-    ``prompt_style`` with the env's instructions in the same style; an answer is
-    ``"<think>"`` plus the generated text up to ``<|im_end|>``, or None when it did
-    not stop within ``max_new_tokens``. ``temperature`` 0 decodes greedily.
-    """
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    fmt = ChatFormat(tokenizer, system_prompt=system_prompt_for(prompt_style), prefill="<think>")
-    picked = [env_ids[i % len(env_ids)] for i in range(n)]
-    cases, prompts = [], []
-    for i, env_id in enumerate(picked):
-        env = gym.make(env_id, instructions=prompt_style).unwrapped
-        obs, info = env.reset(seed=100_000 + i)
-        cases.append((env, obs))
-        text = first_user_text(env, obs, info["actions_left"], prompt_style)
-        prompts.append(fmt.prompt_ids(text))
-    width = max(map(len, prompts))  # left padding, so every answer starts at column `width`
-    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
-    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    torch.manual_seed(seed)
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0}
-    out = model.generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **(sampling if temperature > 0 else {"do_sample": False}),
-    )
-    answers = []
-    for row, (env, obs) in enumerate(cases):
-        ids = out[row, width:].tolist()
-        if tokenizer.eos_token_id not in ids:
-            answers.append((env, obs, None))  # never stopped
-            continue
-        ids = ids[: ids.index(tokenizer.eos_token_id)]
-        answers.append((env, obs, "<think>" + tokenizer.decode(ids, skip_special_tokens=False)))
-    return answers
-
-
 def format_valid_rate(
     path: str,
     n: int = 64,
@@ -572,15 +520,51 @@ def format_valid_rate(
     max_new_tokens: int = 48,
     prompt_style: str = "full",
 ) -> float:
-    """Share of ``n`` sampled first-turn answers (:func:`first_answers`, every env id)
-    that stopped and parse as valid (format and actions)."""
-    answers = first_answers(
-        path, n, temperature, seed=seed, max_new_tokens=max_new_tokens, prompt_style=prompt_style
+    """Share of ``n`` sampled first-turn answers that parse as valid (format and actions).
+
+    Prompts cycle over every registered env id (reset seeds 100000+i), rendered
+    in ``prompt_style`` with the env's instructions in the same style; each
+    answer is ``"<think>"`` plus the generated text up to ``<|im_end|>``, which
+    must have been generated within ``max_new_tokens``.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    fmt = ChatFormat(tokenizer, system_prompt=system_prompt_for(prompt_style), prefill="<think>")
+    envs = {
+        env_id: gym.make(env_id, instructions=prompt_style).unwrapped
+        for env_id in ragen_envs.ENV_IDS
+    }
+    env_ids = [list(envs)[i % len(envs)] for i in range(n)]
+    prompts = []
+    for i, env_id in enumerate(env_ids):
+        env = envs[env_id]
+        obs, info = env.reset(seed=100_000 + i)
+        text = first_user_text(env, obs, info["actions_left"], prompt_style)
+        prompts.append(fmt.prompt_ids(text))
+    width = max(map(len, prompts))  # left padding, so every answer starts at column `width`
+    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    torch.manual_seed(seed)
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        do_sample=True,
+        temperature=temperature,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
-    valid = sum(
-        text is not None and ragen_envs.parse_answer(text, env.action_names, env.parser).is_valid
-        for env, _, text in answers
-    )
+    valid = 0
+    for row, env_id in enumerate(env_ids):
+        answer = out[row, width:].tolist()
+        if tokenizer.eos_token_id not in answer:
+            continue  # never stopped
+        answer = answer[: answer.index(tokenizer.eos_token_id)]
+        env = envs[env_id]
+        text = "<think>" + tokenizer.decode(answer, skip_special_tokens=False)
+        valid += ragen_envs.parse_answer(text, env.action_names, env.parser).is_valid
     return valid / n
 
 

@@ -5,10 +5,9 @@ Two stages, each an RLlib ConnectorV2 pipeline:
 * the **sample-batch stage** (driver side, in ``StarPO.training_step``), which
   sees the whole rollout batch and only needs rewards: dropping the groups
   of trajectories whose env failed (:class:`DropEnvErrorGroups`), StarPO-S
-  uncertainty filtering (:class:`RewardStdFilter`) and GRPO's within-group normalisation
-  and the critic-free advantages of GRPO and GiGPO (:class:`GroupAdvantages`).
-  Running it before the batch is split
-  across learners keeps every group whole.
+  uncertainty filtering (:class:`RewardStdFilter`) and the critic-free
+  advantages of GRPO and GiGPO (:class:`GroupAdvantages`). Running it before the
+  batch is split across learners keeps every group whole.
 * the **learner stage** (inside each Learner): :class:`TrajectoriesToBatch`
   pads the token sequences into tensors, :class:`ComputeAdvantages` places the
   rewards on tokens and computes advantages (GAE and bi-level GAE query the
