@@ -20,14 +20,18 @@ generated tokens/s), ``counters/`` (lifetime totals, kept in checkpoints) and
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import ray
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
-from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     ENV_RUNNER_SAMPLING_TIMER,
@@ -36,49 +40,52 @@ from ray.rllib.utils.metrics import (
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     SYNCH_WORKER_WEIGHTS_TIMER,
     TIMERS,
+    WEIGHTS_SEQ_NO,
 )
 
+from .buffer import FreshnessBuffer
 from .checkpoint import verify_checkpoint, write_manifest
 from .config import StarPOConfig
 from .connectors import build_sample_pipeline
 from .context import Trajectory
 from .env_loading import import_env_modules
+from .env_runner import training_group_seeds
 from .metrics import rollout_metrics
 
 logger = logging.getLogger(__name__)
 
-LIFETIME_COUNTERS = ("num_trajectories", "num_turns", "num_generated_tokens", "num_env_errors")
+LIFETIME_COUNTERS = (
+    "num_trajectories",
+    "num_turns",
+    "num_generated_tokens",
+    "num_env_errors",
+    "num_runner_failures",
+    "num_resampled_groups",
+)
 
 
-class RolloutReuseBuffer:
-    """Online-k: hands out the same rollout batch for ``k`` consecutive updates.
+def _sample_share(runner, key: int, group_seeds: list[int], groups: list[int], sample_seed: int):
+    """What a runner does for share ``key`` of an iteration's groups: sample, and hand
+    back the runner's metrics with the trajectories (so that no second call has to
+    queue behind a busy runner)."""
+    start = time.perf_counter()
+    trajs = runner.sample_groups(group_seeds, groups, sample_seed)
+    return key, trajs, runner.get_metrics(), time.perf_counter() - start
 
-    ``k=1`` is fully on-policy. With ``k>1`` the stored log-probabilities
-    grow stale as the policy moves; the PPO ratio corrects for that, and the
-    batch is dropped after its ``k``-th use, which bounds the staleness.
-    """
 
-    def __init__(self, k: int):
-        self.k = k
-        self.batch: list[Trajectory] | None = None
-        self.uses = 0
+@dataclass
+class _SampleRequest:
+    """One iteration's P groups in shares: key -> (seeds, group ids, sampling seed). A
+    share's key is the runner it was first given to."""
 
-    def needs_fresh(self) -> bool:
-        return self.batch is None or self.uses >= self.k
+    call: int
+    shares: dict[int, tuple[list[int], list[int], int]]
+    started: float = field(default_factory=time.perf_counter)
+    results: dict[int, list[Trajectory]] = field(default_factory=dict)
 
-    def put(self, batch: list[Trajectory]) -> None:
-        self.batch, self.uses = batch, 0
 
-    def take(self) -> list[Trajectory]:
-        assert self.batch is not None
-        self.uses += 1
-        return list(self.batch)
-
-    def get_state(self) -> dict[str, Any]:
-        return {"batch": self.batch, "uses": self.uses}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.batch, self.uses = state.get("batch"), int(state.get("uses", 0))
+class RunnerFailure(RuntimeError):
+    """A share of the groups could not be sampled by any env runner."""
 
 
 class StarPO(Algorithm):
@@ -91,32 +98,59 @@ class StarPO(Algorithm):
     def setup(self, config) -> None:
         import_env_modules(config)  # a Tune trial runs in its own process
         super().setup(config)
-        self._reuse = RolloutReuseBuffer(self.config.online_k)
+        self._buffer = FreshnessBuffer(self.config.online_k, self.config.max_policy_lag)
         self._sample_stage = build_sample_pipeline(self.config)
         self._lifetime = dict.fromkeys(LIFETIME_COUNTERS, 0)
+        # The training seed stream: the driver draws every iteration's P initial
+        # states and hands the runners their shares, so the stream does not depend
+        # on the number of runners, survives a runner's restart and is checkpointed.
+        self._seed_base = int(self.config.seed or 0) * 1_000_003
+        self._num_sample_calls = 0
+        self._policy_version = 0  # learner updates so far: the weights version
+        self._request: _SampleRequest | None = None
+        self._last_step_start: float | None = None
+        self._runner_busy_s = 0.0
 
     # ----- the iteration ----------------------------------------------------------
     def training_step(self) -> None:
-        if self._reuse.needs_fresh():
+        cfg = self.config
+        step_start = time.perf_counter()
+        waited = 0.0
+        if not self._buffer.has_fresh(self._policy_version):
             with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-                trajs = self._sample()
+                if self._request is None:
+                    self._launch_sample()
+                wait_start = time.perf_counter()
+                trajs = self._collect_sample()
+                waited = time.perf_counter() - wait_start
             self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
             self._count(trajs)
             self._sample_stage(rl_module=None, batch={}, episodes=trajs, metrics=self.metrics)
-            self._reuse.put(trajs)
-        batch = self._reuse.take()
-        self.metrics.log_value("rollout/batch_uses", self._reuse.uses, window=1)
+            self._buffer.add(trajs)
+        batch = self._buffer.sample(policy_version=self._policy_version)
+        if (
+            cfg.async_rollouts
+            and self._request is None
+            and not self._buffer.has_fresh(self._policy_version + 1)
+        ):
+            # The next iteration needs a fresh batch: the runners sample it during
+            # this update (not earlier, which would only make it staler).
+            self._launch_sample()
+        self._log_freshness(batch or [])
+        update_s = sync_s = 0.0
         if batch:
-            self._update_and_sync(batch)
-        else:  # every group dropped (env errors) or filtered out
+            update_s, sync_s = self._update_and_sync(batch)
+        else:  # every group dropped (env errors), filtered out or too stale
             logger.warning("iteration %d: no trajectory left to train on", self.iteration + 1)
             self.metrics.log_value(("rollout", "empty_batches"), 1, reduce="sum")
+        self._log_timing(step_start, waited, update_s, sync_s)
 
-        every = self.config.eval_interval
+        every = cfg.eval_interval
         if every and (self.training_iteration + 1) % every == 0:
             self.metrics.log_dict(self.evaluate_success(), key="evaluation", window=1)
 
-    def _update_and_sync(self, batch: list[Trajectory]) -> None:
+    def _update_and_sync(self, batch: list[Trajectory]) -> tuple[float, float]:
+        start = time.perf_counter()
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
                 episodes=batch,
@@ -125,13 +159,192 @@ class StarPO(Algorithm):
                 shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
             )
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
-
+        self._policy_version += 1
+        mid = time.perf_counter()
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            self.env_runner_group.sync_weights(
-                from_worker_or_learner_group=self.learner_group,
-                policies=[DEFAULT_MODULE_ID],
-                inference_only=True,
+            # Asynchronous: the weights queue behind the runners' current sample and
+            # reach them before their next one; synchronous: wait until loaded.
+            self._push_weights(wait=not self.config.async_rollouts)
+        return mid - start, time.perf_counter() - mid
+
+    # ----- sampling: the runners' shares ---------------------------------------------
+    def _runner_ids(self) -> list[int]:
+        """Remote runners that may take a share (empty with a local runner)."""
+        if self.env_runner is not None:
+            return []
+        ids = sorted(self.env_runner_group.healthy_env_runner_ids())
+        if not ids:
+            raise RunnerFailure(
+                "no healthy env runner is left (raise max_num_env_runner_restarts, or check "
+                "the runners' logs for why they died)"
             )
+        return ids
+
+    def _launch_sample(self) -> None:
+        """Draw this iteration's P initial states and start the runners on their shares."""
+        cfg = self.config
+        seeds, sample_seed = training_group_seeds(
+            self._seed_base, self._num_sample_calls, cfg.env_groups
+        )
+        self._num_sample_calls += 1
+        runners = self._runner_ids() or [0]
+        parts = np.array_split(np.arange(cfg.env_groups), len(runners))
+        shares = {
+            rid: ([seeds[g] for g in part], [int(g) for g in part], sample_seed + rid)
+            for rid, part in zip(runners, parts, strict=True)
+            if len(part)
+        }
+        self._request = _SampleRequest(self._num_sample_calls - 1, shares)
+        if self.env_runner is None:
+            self._send(self._request, list(shares))
+
+    def _send(self, request: _SampleRequest, keys: list[int], to: list[int] | None = None) -> None:
+        """Start the shares ``keys`` (a share's key is the runner it was first given to)
+        on the runners ``to`` (default: each share's own runner)."""
+        for key, rid in zip(keys, to or keys, strict=True):
+            seeds, groups, sample_seed = request.shares[key]
+            made = self.env_runner_group.foreach_env_runner_async(
+                functools.partial(
+                    _sample_share,
+                    key=key,
+                    group_seeds=seeds,
+                    groups=groups,
+                    sample_seed=sample_seed,
+                ),
+                tag="sample",
+                remote_worker_ids=[rid],
+            )
+            if not made:  # the runner died since the health check: handled on collect
+                logger.warning("env runner %d took no sample request", rid)
+
+    def _collect_sample(self) -> list[Trajectory]:
+        """Wait for the pending request; re-sample the shares of runners that failed."""
+        request, self._request = self._request, None
+        assert request is not None
+        runner_metrics, busy_s = [], []
+        if self.env_runner is not None:
+            seeds, groups, sample_seed = request.shares[0]
+            _, trajs, metrics, busy = _sample_share(self.env_runner, 0, seeds, groups, sample_seed)
+            request.results[0] = trajs
+            runner_metrics.append(metrics)
+            busy_s.append(busy)
+        else:
+            group = self.env_runner_group
+            for attempt in range(3):
+                # A runner that dies drops its request (RLlib marks it unhealthy).
+                while group.num_in_flight_async_reqs(tag="sample"):
+                    ready = group.fetch_ready_async_reqs(tags="sample", timeout_seconds=1.0)
+                    for _, (key, trajs, metrics, busy) in ready:
+                        request.results[key] = trajs
+                        runner_metrics.append(metrics)
+                        busy_s.append(busy)
+                missing = [key for key in request.shares if key not in request.results]
+                if not missing:
+                    break
+                self._recover(request, missing, attempt)
+            else:
+                raise RunnerFailure(
+                    f"the groups of runner share(s) {missing} could not be sampled after 3 "
+                    "attempts: env runners keep failing (see their logs)"
+                )
+        if runner_metrics:
+            self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        # Busy time of the runners, for the idle share: rollout seconds per runner.
+        self._runner_busy_s = sum(busy_s) / max(1, len(request.shares))
+        return [t for key in sorted(request.results) for t in request.results[key]]
+
+    def _recover(self, request: _SampleRequest, missing: list[int], attempt: int) -> None:
+        """Runners died holding shares: count them, bring the runners back and re-sample."""
+        groups = sum(len(request.shares[k][1]) for k in missing)
+        logger.warning(
+            "env runner share(s) %s of sample call %d failed (%d groups); re-sampling them "
+            "(attempt %d)",
+            missing,
+            request.call,
+            groups,
+            attempt + 1,
+        )
+        self.metrics.log_value(("counters", "runner_failures"), len(missing), reduce="sum")
+        self.metrics.log_value(("counters", "resampled_groups"), groups, reduce="sum")
+        self._lifetime["num_runner_failures"] += len(missing)
+        self._lifetime["num_resampled_groups"] += groups
+        self.restore_env_runners(self.env_runner_group)
+        healthy = self._runner_ids()
+        self._send(request, missing, to=[healthy[i % len(healthy)] for i in range(len(missing))])
+
+    def restore_env_runners(self, env_runner_group) -> list[int]:
+        """Restart failed runners (RLlib's fault tolerance) and give them the current weights."""
+        if env_runner_group is not self.env_runner_group or self.env_runner is not None:
+            return []
+        restored = env_runner_group.probe_unhealthy_env_runners()
+        if restored:
+            logger.warning(
+                "env runner(s) %s restarted; sending them weights %d",
+                restored,
+                self._policy_version,
+            )
+            self._push_weights(worker_ids=restored, wait=True)
+        return restored
+
+    def _push_weights(self, worker_ids: list[int] | None = None, wait: bool = True) -> None:
+        """The actor's weights, stamped with their version, to the runners' engines."""
+        state = self.learner_group.get_state(
+            components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}/{DEFAULT_MODULE_ID}",
+            inference_only=True,
+        )[COMPONENT_LEARNER]
+        payload = {
+            COMPONENT_RL_MODULE: state[COMPONENT_RL_MODULE],
+            WEIGHTS_SEQ_NO: self._policy_version,
+        }
+        if self.env_runner is not None:
+            self.env_runner.set_state(payload)
+            return
+        group = self.env_runner_group
+        # An earlier push still queued behind a sample: let it land first (one per runner).
+        while group.num_in_flight_async_reqs(tag="weights"):
+            group.fetch_ready_async_reqs(tags="weights", timeout_seconds=1.0)
+        ref = ray.put(payload)
+        group.foreach_env_runner_async(
+            "set_state", tag="weights", kwargs={"state": ref}, remote_worker_ids=worker_ids
+        )
+        while wait and group.num_in_flight_async_reqs(tag="weights"):
+            group.fetch_ready_async_reqs(tags="weights", timeout_seconds=1.0)
+
+    # ----- metrics ------------------------------------------------------------------
+    def _log_freshness(self, batch: list[Trajectory]) -> None:
+        buf = self._buffer
+        self.metrics.log_dict(
+            {
+                "batch_uses": max((t.uses for t in batch), default=0),
+                "policy_lag_mean": float(np.mean([t.policy_lag for t in batch])) if batch else 0.0,
+                "policy_lag_max": max((t.policy_lag for t in batch), default=0),
+                "dropped_stale_lifetime": buf.num_dropped_stale,
+                "batches_held": len(buf),
+                "policy_version": self._policy_version,
+            },
+            key="rollout",
+            window=1,
+        )
+
+    def _log_timing(self, start: float, waited: float, update_s: float, sync_s: float) -> None:
+        """Stage times and idle shares of this iteration (since the previous one began)."""
+        prev, self._last_step_start = self._last_step_start, start
+        now = time.perf_counter()
+        span = now - (prev if prev is not None else start)
+        busy, self._runner_busy_s = self._runner_busy_s, 0.0
+        self.metrics.log_dict(
+            {
+                "sample_wait_s": waited,
+                "rollout_s": busy,
+                "update_s": update_s,
+                "sync_s": sync_s,
+                "iteration_s": span,
+                "learner_idle_share": max(0.0, 1 - update_s / span) if span > 0 else 0.0,
+                "runner_idle_share": max(0.0, 1 - busy / span) if span > 0 else 0.0,
+            },
+            key="timing",
+            window=1,
+        )
 
     def _count(self, trajs: list[Trajectory]) -> None:
         """Lifetime counters: kept in the algorithm's state, so they survive a restore."""
@@ -153,26 +366,6 @@ class StarPO(Algorithm):
             NUM_ENV_STEPS_SAMPLED_LIFETIME, self._lifetime["num_turns"], window=1
         )
 
-    def _sample(self) -> list[Trajectory]:
-        if self.env_runner is not None:
-            trajs = self.env_runner.sample()
-            self.metrics.aggregate([self.env_runner.get_metrics()], key=ENV_RUNNER_RESULTS)
-            return trajs
-        # Remote runners: each plays its own seeds; renumber groups so they stay distinct.
-        per_runner = self.env_runner_group.foreach_env_runner(
-            lambda runner: runner.sample(), local_env_runner=False
-        )
-        runner_metrics = self.env_runner_group.foreach_env_runner(
-            lambda runner: runner.get_metrics(), local_env_runner=False
-        )
-        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-        trajs: list[Trajectory] = []
-        for index, runner_trajs in enumerate(per_runner):
-            for t in runner_trajs:
-                t.group += index * self.config.env_groups
-                trajs.append(t)
-        return trajs
-
     # ----- evaluation ---------------------------------------------------------------
     def evaluate_success(
         self,
@@ -191,15 +384,23 @@ class StarPO(Algorithm):
             metrics, _ = self.env_runner.evaluate(*args)
             return metrics
         results = self.env_runner_group.foreach_env_runner(
-            lambda runner: runner.evaluate(*args)[0], local_env_runner=False, remote_worker_ids=[1]
+            lambda runner: runner.evaluate(*args)[0],
+            local_env_runner=False,
+            remote_worker_ids=self._runner_ids()[:1],
         )
+        if not results:
+            raise RunnerFailure("the env runner chosen for evaluation failed; see its log")
         return results[0]
 
     # ----- checkpoints --------------------------------------------------------------
     def get_state(self, *args, **kwargs) -> dict[str, Any]:
         state = super().get_state(*args, **kwargs)
-        state["rollout_reuse_buffer"] = self._reuse.get_state()
+        state["rollout_buffer"] = self._buffer.get_state()
         state["lifetime_counters"] = dict(self._lifetime)
+        # A sample in flight is not saved: a restored run draws its seeds again.
+        pending = self._request
+        state["num_sample_calls"] = pending.call if pending else self._num_sample_calls
+        state["policy_version"] = self._policy_version
         # Sampling and minibatch order draw from explicitly seeded generators; the
         # global ones are saved too, for anything (a user's env, say) that uses them.
         state["rng_states"] = {
@@ -211,8 +412,11 @@ class StarPO(Algorithm):
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
-        if "rollout_reuse_buffer" in state:
-            self._reuse.set_state(state["rollout_reuse_buffer"])
+        if "rollout_buffer" in state:
+            self._buffer.set_state(state["rollout_buffer"])
+        self._num_sample_calls = int(state.get("num_sample_calls", self._num_sample_calls))
+        self._policy_version = int(state.get("policy_version", self._policy_version))
+        self._request = None  # a sample in flight at save time is drawn again
         if "lifetime_counters" in state:
             self._lifetime.update(state["lifetime_counters"])
         if "rng_states" in state:

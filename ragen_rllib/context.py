@@ -226,7 +226,13 @@ class Trajectory:
     #: or "env_error" (the env raised in reset() or step(); ``error`` says what).
     end_reason: str = ""
     error: str = ""
+    #: the rollout engine's weights version that generated this trajectory; the
+    #: buffer sets ``policy_lag`` (learner version at the update minus this) and
+    #: ``uses`` (how many updates have used it, this one included) when it hands
+    #: the trajectory out
     weights_version: int = 0
+    policy_lag: int = 0
+    uses: int = 0
     #: Critic-free estimators (GRPO, GiGPO): one advantage per turn, set by the sample
     #: stage from the whole group; GRPO gives every turn the same value.
     turn_advantages: list[float] = field(default_factory=list)

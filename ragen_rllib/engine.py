@@ -9,11 +9,14 @@ of each under the temperature-scaled distribution ``softmax(logits / T)``
 
 ``HFEngine`` is the CPU default: Hugging Face transformers with a hand-written
 sampling loop over the KV cache, so the log-probabilities come from the same
-forward pass that chose the tokens.
+forward pass that chose the tokens. Given ``cache_keys`` (one per trajectory),
+it keeps each trajectory's keys and values between calls, so a turn encodes
+only what the previous turn's context did not already hold (prefix caching).
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,10 +57,34 @@ class RolloutEngine(Protocol):
     weights_version: int
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, seed: int
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seed: int,
+        cache_keys: list[Hashable] | None = None,
     ) -> list[Generation]: ...
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None: ...
+
+    def clear_cache(self) -> None: ...
+
+
+@dataclass
+class _Prefix:
+    """What the engine keeps of one trajectory between turns: the token ids whose keys
+    and values it has computed, and those, per layer as (keys, values) of shape
+    [kv_heads, len(ids), head_dim]."""
+
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator):
@@ -111,6 +138,14 @@ class HFEngine:
         self.device = torch.device(device)
         self.max_batch_size = max_batch_size
         self.weights_version = 0
+        self._prefixes: dict[Hashable, _Prefix] = {}
+        #: prompt tokens encoded / taken from the prefix cache, lifetime
+        self.prompt_tokens_encoded = 0
+        self.prompt_tokens_reused = 0
+
+    def clear_cache(self) -> None:
+        """Forget every trajectory's keys and values (call when its trajectories end)."""
+        self._prefixes.clear()
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
@@ -122,37 +157,120 @@ class HFEngine:
                 f"unexpected {unexpected[:5]}"
             )
         self.weights_version = int(version)
+        self.clear_cache()  # keys and values of the old weights
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, seed: int
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seed: int,
+        cache_keys: list[Hashable] | None = None,
     ) -> list[Generation]:
+        """One answer per prompt. With ``cache_keys``, the keys and values of each
+        prompt's longest prefix that this engine computed before under the same key
+        are reused, and each prompt plus its answer is kept for the next call."""
+        if cache_keys is not None and len(cache_keys) != len(prompts):
+            raise ValueError(f"{len(cache_keys)} cache keys for {len(prompts)} prompts")
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
-            out.extend(
-                self._generate_batch(prompts[start : start + self.max_batch_size], params, gen)
-            )
+            stop = start + self.max_batch_size
+            keys = None if cache_keys is None else cache_keys[start:stop]
+            out.extend(self._generate_batch(prompts[start:stop], params, gen, keys))
         return out
 
-    def _generate_batch(
-        self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator
-    ) -> list[Generation]:
-        n, width = len(prompts), max(len(p) for p in prompts)
-        # Left padding, so every row's next token sits in the last column.
-        input_ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention[i, width - len(p) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        # Positions count real tokens only, as in the learner's right-padded batch.
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    def _past(self, prompts: list[list[int]], keys: list[Hashable] | None):
+        """Rows' reusable prefixes as one left-padded cache: (reused lengths, cache or
+        None, its attention mask [n, C])."""
+        n = len(prompts)
+        reuse, entries = [0] * n, [None] * n
+        if keys is not None:
+            for i, (prompt, key) in enumerate(zip(prompts, keys, strict=True)):
+                entry = self._prefixes.get(key)
+                if entry is not None:
+                    # At least one prompt token is encoded: it gives the next logits.
+                    reuse[i] = min(common_prefix_length(entry.ids, prompt), len(prompt) - 1)
+                    entries[i] = entry
+        width = max(reuse)
+        mask = torch.zeros((n, width), dtype=torch.long, device=self.device)
+        if width == 0:
+            return reuse, None, mask
+        from transformers import DynamicCache
 
+        layers = []
+        for layer in range(len(next(e for e in entries if e is not None).kv)):
+            k0, _ = next(e for e in entries if e is not None).kv[layer]
+            keys_t = torch.zeros(
+                (n, k0.shape[0], width, k0.shape[2]), dtype=k0.dtype, device=self.device
+            )
+            values_t = torch.zeros_like(keys_t)
+            for i, entry in enumerate(entries):
+                if reuse[i]:
+                    k, v = entry.kv[layer]
+                    keys_t[i, :, width - reuse[i] :] = k[:, : reuse[i]]
+                    values_t[i, :, width - reuse[i] :] = v[:, : reuse[i]]
+            layers.append((keys_t, values_t))
+        for i, r in enumerate(reuse):
+            mask[i, width - r :] = 1 if r else 0
+        return reuse, DynamicCache(ddp_cache_data=layers, config=self.model.config), mask
+
+    def _generate_batch(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        gen: torch.Generator,
+        keys: list[Hashable] | None = None,
+    ) -> list[Generation]:
+        n = len(prompts)
+        reuse, past, past_mask = self._past(prompts, keys)
+        suffixes = [p[r:] for p, r in zip(prompts, reuse, strict=True)]
+        self.prompt_tokens_reused += sum(reuse)
+        width = max(len(s) for s in suffixes)
+        # Left padding, so every row's next token sits in the last column. A row's
+        # reused prefix sits right-aligned in the past: [pad | prefix | pad | suffix].
+        input_ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+        suffix_mask = torch.zeros((n, width), dtype=torch.long)
+        for i, s in enumerate(suffixes):
+            input_ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            suffix_mask[i, width - len(s) :] = 1
+        input_ids = input_ids.to(self.device)
+        attention = torch.cat([past_mask, suffix_mask.to(self.device)], dim=1)
+        # Positions count real tokens only, as in the learner's right-padded batch.
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, past_mask.shape[1] :]
+
+        # Rows with the same prompt and nothing reused (a group's first turn: N
+        # rollouts from one initial state) are encoded once and then copied.
+        rows = None
+        if past is None:
+            first: dict[tuple[int, ...], int] = {}
+            owner = [first.setdefault(tuple(s), i) for i, s in enumerate(suffixes)]
+            if len(first) < n:
+                unique = sorted(first.values())
+                slot = {row: j for j, row in enumerate(unique)}
+                rows = torch.tensor([slot[o] for o in owner], device=self.device)
+                keep = torch.tensor(unique, device=self.device)
+                input_ids, attention, positions = (
+                    input_ids[keep],
+                    attention[keep],
+                    positions[keep],
+                )
+        # Only the last position's logits are needed: the LM head over the whole
+        # prompt would be most of the prefill's work for a small model.
         result = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=past,
+            use_cache=True,
+            logits_to_keep=1,
         )
+        self.prompt_tokens_encoded += int(attention[:, past_mask.shape[1] :].sum())
         cache, logits = result.past_key_values, result.logits[:, -1]
+        if rows is not None:
+            cache.batch_select_indices(rows)
+            logits, attention, positions = logits[rows], attention[rows], positions[rows]
+        prefill_mask = attention
         next_pos = positions[:, -1:] + 1
         ids = [[] for _ in range(n)]
         logps = [[] for _ in range(n)]
@@ -180,7 +298,27 @@ class HFEngine:
             )
             cache, logits = result.past_key_values, result.logits[:, -1]
             next_pos = next_pos + 1
+        if keys is not None:
+            self._keep(prompts, keys, ids, cache, prefill_mask)
         return [
             Generation(ids[i], logps[i], bool(ids[i]) and ids[i][-1] == self.eos_token_id)
             for i in range(n)
         ]
+
+    def _keep(self, prompts, keys, ids, cache, prefill_mask) -> None:
+        """Store each row's prompt and answer (all but its last token, which was never
+        fed through the model) with their keys and values."""
+        width = prefill_mask.shape[1]
+        for i, key in enumerate(keys):
+            fed = len(ids[i]) - 1  # decode steps that fed this row's sampled tokens
+            index = torch.cat(
+                [
+                    torch.nonzero(prefill_mask[i]).flatten(),
+                    torch.arange(width, width + fed, device=self.device),
+                ]
+            )
+            kv = [
+                (layer.keys[i].index_select(1, index), layer.values[i].index_select(1, index))
+                for layer in cache.layers
+            ]
+            self._prefixes[key] = _Prefix(list(prompts[i]) + ids[i][:fed], kv)

@@ -18,6 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import ray
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
@@ -39,6 +40,14 @@ def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:
     """The RL module's view: observations are token-id sequences, actions are tokens."""
     obs = gym.spaces.Box(0, vocab_size - 1, shape=(max_len,), dtype=np.int64)
     return obs, gym.spaces.Discrete(vocab_size)
+
+
+def training_group_seeds(base_seed: int, call: int, num_groups: int) -> tuple[list[int], int]:
+    """The ``call``-th draw of a seed stream: ``num_groups`` initial-state seeds (all
+    >= TRAIN_SEED_OFFSET, so never an evaluation state) and one sampling seed."""
+    rng = np.random.default_rng([int(base_seed), int(call)])
+    seeds = rng.integers(TRAIN_SEED_OFFSET, 2**31 - 1, size=num_groups)
+    return [int(s) for s in seeds], int(rng.integers(2**31))
 
 
 def _check_observation(obs: Any) -> None:
@@ -90,6 +99,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         )
         self._envs: list[gym.Env] = []
         self._num_sample_calls = 0
+        self.num_groups_sampled = 0  # lifetime, this runner (restarts from 0 with it)
         self._base_seed = int(config.seed or 0) * 1_000_003 + int(self.worker_index or 0)
 
     # ----- EnvRunner API ------------------------------------------------------------
@@ -106,23 +116,31 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         }
 
     def sample(self, **kwargs) -> list[Trajectory]:
-        """One training batch: env_groups x group_size trajectories from fresh seeds."""
-        cfg = self.config
-        group_seeds, rng = self.training_group_seeds(self._num_sample_calls)
+        """One batch of env_groups x group_size trajectories from this runner's own
+        seed stream (a runner used on its own; the StarPO algorithm hands its
+        runners their groups through :meth:`sample_groups`)."""
+        group_seeds, sample_seed = self.training_group_seeds(self._num_sample_calls)
         self._num_sample_calls += 1
+        return self.sample_groups(group_seeds, list(range(len(group_seeds))), sample_seed)
+
+    def sample_groups(
+        self, group_seeds: list[int], groups: list[int], sample_seed: int
+    ) -> list[Trajectory]:
+        """group_size trajectories from each initial state ``group_seeds[i]``, labelled
+        with group id ``groups[i]``; ``sample_seed`` seeds the engine's sampling."""
+        cfg = self.config
         seeds = [s for s in group_seeds for _ in range(cfg.group_size)]
-        groups = [g for g in range(cfg.env_groups) for _ in range(cfg.group_size)]
+        labels = [g for g in groups for _ in range(cfg.group_size)]
         params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
-        trajs = self.run_episodes(seeds, groups, params, sample_seed=int(rng.integers(2**31)))
+        trajs = self.run_episodes(seeds, labels, params, sample_seed=int(sample_seed))
         self.num_env_steps_sampled_lifetime += sum(len(t) for t in trajs)
+        self.num_groups_sampled += len(group_seeds)
         return trajs
 
-    def training_group_seeds(self, call: int) -> tuple[list[int], np.random.Generator]:
-        """The initial-state seeds of the ``call``-th ``sample()`` (one per group), and
-        the generator that goes on to draw that call's sampling seed."""
-        rng = np.random.default_rng([self._base_seed, call])
-        seeds = rng.integers(TRAIN_SEED_OFFSET, 2**31 - 1, size=self.config.env_groups)
-        return [int(s) for s in seeds], rng
+    def training_group_seeds(self, call: int) -> tuple[list[int], int]:
+        """The initial-state seeds of this runner's ``call``-th ``sample()`` (one per
+        group) and that call's sampling seed."""
+        return training_group_seeds(self._base_seed, call, self.config.env_groups)
 
     def evaluate(
         self, num_states: int, first_seed: int, temperature: float
@@ -147,13 +165,20 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Counters from a checkpoint, and/or the actor's weights from RLlib's sync_weights."""
+        """Counters from a checkpoint, and/or the actor's weights (pushed by the algorithm,
+        possibly as a reference into Ray's object store)."""
+        if isinstance(state, ray.ObjectRef):
+            state = ray.get(state)
         if COMPONENT_RL_MODULE in state:
             module_state = state[COMPONENT_RL_MODULE]
+            if isinstance(module_state, ray.ObjectRef):  # RLlib's own sync at setup
+                module_state = ray.get(module_state)
             module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
             n = len(ACTOR_PREFIX)
             weights = {k[n:]: v for k, v in module_state.items() if k.startswith(ACTOR_PREFIX)}
+            start = time.perf_counter()
             self.engine.load_weights(weights, int(state.get(WEIGHTS_SEQ_NO, 0)))
+            self.metrics.log_value("weights_load_s", time.perf_counter() - start, window=1)
         self._num_sample_calls = int(state.get("num_sample_calls", self._num_sample_calls))
         self.num_env_steps_sampled_lifetime = int(
             state.get("num_env_steps_sampled_lifetime", self.num_env_steps_sampled_lifetime)
@@ -229,11 +254,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
         generated = 0
         active = list(prompts)
+        self.engine.clear_cache()
         for turn in range(1, cfg.max_turns + 1):
             if not active:
                 break
             batch = [prompts[i] for i in active]
-            gens = self.engine.generate(batch, params, seed=sample_seed + turn)
+            # Keyed by trajectory: a turn encodes only what its previous context lacks.
+            gens = self.engine.generate(batch, params, seed=sample_seed + turn, cache_keys=active)
             still_active = []
             for i, gen in zip(active, gens, strict=True):
                 traj, env = trajs[i], envs[i]
@@ -278,6 +305,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 still_active.append(i)
             active = still_active
 
+        self.engine.clear_cache()
         if log_metrics:
             elapsed = time.perf_counter() - start
             self.metrics.log_value("rollout_time_s", elapsed, window=1)

@@ -34,7 +34,7 @@ class ScriptedEngine:
         self.calls = 0
         self.model = object()
 
-    def generate(self, prompts, params, seed):
+    def generate(self, prompts, params, seed, cache_keys=None):
         self.calls += 1
         out = []
         for row, _ in enumerate(prompts):
@@ -44,6 +44,9 @@ class ScriptedEngine:
             ]
             out.append(Generation(ids, [-0.5] * len(ids), True))
         return out
+
+    def clear_cache(self):
+        pass
 
 
 @pytest.fixture(scope="module")
@@ -243,26 +246,6 @@ def test_bfloat16_module_keeps_float32_weights_and_shares_storage(runner):
     assert all(torch.equal(loaded[k[n:]], v.to(torch.bfloat16)) for k, v in actor_only.items())
 
 
-def test_rollout_reuse_buffer_hands_out_a_batch_k_times():
-    from ragen_rllib.algorithm import RolloutReuseBuffer
-
-    buf = RolloutReuseBuffer(k=2)
-    assert buf.needs_fresh()
-    first = ["t0", "t1"]
-    buf.put(first)
-    assert buf.take() == first and not buf.needs_fresh()
-    state = buf.get_state()
-    assert buf.take() == first and buf.needs_fresh()  # dropped after its k-th use
-    restored = RolloutReuseBuffer(k=2)
-    restored.set_state(state)
-    assert not restored.needs_fresh() and restored.take() == first and restored.needs_fresh()
-    # A caller's edits to what it took (e.g. filtering) never reach the stored batch.
-    buf.put(["a", "b"])
-    taken = buf.take()
-    taken.clear()
-    assert buf.take() == ["a", "b"]
-
-
 def test_rollout_device_choice():
     from ragen_rllib.env_runner import rollout_device
 
@@ -271,3 +254,33 @@ def test_rollout_device_choice():
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="rollout_device='cuda'"):
             rollout_device("cuda")
+
+
+def test_prefix_cache_gives_the_logprobs_of_a_full_encode(runner):
+    """A turn that reuses the previous turn's keys and values (prefix caching) samples
+    what a fresh encode of the whole prompt samples, with the same log-probabilities."""
+    from ragen_rllib.engine import HFEngine, SamplingParams
+
+    engine = runner.engine
+    tok = runner.tokenizer
+    prompts = [runner.chat.prompt_ids(text) for text in ("G _ P", "P _ _ O G", "_ _ P")]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=12)
+    keys = ["a", "b", "c"]
+    engine.clear_cache()
+    first = engine.generate(prompts, params, seed=3, cache_keys=keys)
+    # The next turn extends each context by the answer and a new observation of a
+    # different length per row; row "c" starts over (a prompt the cache does not hold).
+    extra = [tok.encode(t, add_special_tokens=False) for t in ("O", "G P _ _", "P")]
+    nxt = [p + g.ids + e for p, g, e in zip(prompts, first, extra, strict=True)]
+    nxt[2] = runner.chat.prompt_ids("O P _")
+    before = engine.prompt_tokens_reused
+    cached = engine.generate(nxt, params, seed=4, cache_keys=keys)
+    assert engine.prompt_tokens_reused - before > sum(len(p) for p in prompts[:2])
+    engine.clear_cache()
+    fresh = HFEngine(
+        runner._model_path, eos_token_id=tok.eos_token_id, pad_token_id=engine.pad_token_id
+    )
+    plain = fresh.generate(nxt, params, seed=4)
+    for c, p in zip(cached, plain, strict=True):
+        assert c.ids == p.ids
+        assert max(abs(a - b) for a, b in zip(c.logprobs, p.logprobs, strict=True)) <= 1e-5
