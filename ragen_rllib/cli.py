@@ -315,9 +315,36 @@ def _print_progress():
             ev_success = ev.get("success_rate", float("nan"))
             if ev_success == ev_success:
                 line += f" | eval success {ev_success:.3f}"
+            timing = result.get("timing", {})
+            if timing:
+                # Stage times: waiting for the sample, the update, the weight sync; the
+                # idle shares of the runners and the learner; the policy lag trained on.
+                line += (
+                    f" | wait {timing.get('sample_wait_s', 0):.2f}s "
+                    f"learn {timing.get('update_s', 0):.2f}s "
+                    f"sync {timing.get('sync_s', 0):.2f}s "
+                    f"idle runners {timing.get('runner_idle_share', 0):.0%} "
+                    f"learner {timing.get('learner_idle_share', 0):.0%} "
+                    f"lag {r.get('policy_lag_mean', 0):.1f}"
+                )
             print(line, flush=True)
 
     return Progress()
+
+
+def check_dashboard_installed() -> None:
+    """The dashboard needs Ray's "default" extra; say so before Ray starts without it."""
+    import importlib.util
+
+    missing = [
+        m for m in ("aiohttp", "opencensus", "prometheus_client") if not importlib.util.find_spec(m)
+    ]
+    if missing:
+        raise UsageError(
+            f"--dashboard needs Ray's dashboard packages (missing: {', '.join(missing)}); "
+            "install them with: pip install -c constraints.txt 'ragen-rllib[dashboard]' "
+            "(or 'ray[default]' at the installed ray version)"
+        )
 
 
 def check_resumable(path: str, name: str) -> None:
@@ -382,7 +409,16 @@ def train(args: argparse.Namespace) -> int:
     # small JSON file and copies the trial logs, cheap next to an LLM iteration.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
     if not ray.is_initialized():
-        ray.init(include_dashboard=args.dashboard, num_cpus=args.num_cpus, log_to_driver=True)
+        if args.dashboard:
+            check_dashboard_installed()
+        context = ray.init(
+            include_dashboard=args.dashboard,
+            dashboard_host="127.0.0.1",  # this machine only; tunnel it to look from elsewhere
+            num_cpus=args.num_cpus,
+            log_to_driver=True,
+        )
+        if args.dashboard:
+            print(f"Ray dashboard: http://{context.dashboard_url}", flush=True)
     status = 0
     for name, exp in experiments.items():
         ckpt = exp.get("checkpoint_config") or {}
