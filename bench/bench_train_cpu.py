@@ -123,13 +123,15 @@ def main(argv: list[str] | None = None) -> int:
                     "in_group_reward_std": r.get("in_group_reward_std"),
                     "entropy": learner.get("entropy"),
                     "action_is_valid": r.get("env/action_is_valid"),
+                    "policy_lag_mean": r.get("policy_lag_mean"),
+                    **{f"timing/{k}": v for k, v in (result.get("timing") or {}).items()},
                 }
                 curve.write(json.dumps(point) + "\n")
                 curve.flush()
             print(
                 f"iter {done}: train success {r['success_rate']:.3f} "
                 f"reward {r['reward_mean']:.3f} valid {r.get('env/action_is_valid', 0):.2f} "
-                f"t {time.perf_counter() - start:.0f}s",
+                f"lag {r.get('policy_lag_mean', 0):.1f} t {time.perf_counter() - start:.0f}s",
                 flush=True,
             )
             if deadline is not None and time.perf_counter() > deadline:
