@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     batched_s, trajs = min(batched, key=lambda x: x[0])
 
     params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens)
-    flat_seeds = [s for s in seeds for _ in range(args.group_size)][: args.naive_trajectories]
+    flat = [s for s in seeds for _ in range(args.group_size)]
+    step = max(1, len(flat) // args.naive_trajectories)  # spread over the groups
+    flat_seeds = flat[::step][: args.naive_trajectories]
     start = time.perf_counter()
     naive = []
     for i, seed in enumerate(flat_seeds):  # one env at a time, history re-encoded per turn

@@ -108,7 +108,7 @@ class StarPO(Algorithm):
         self._num_sample_calls = 0
         self._policy_version = 0  # learner updates so far: the weights version
         self._request: _SampleRequest | None = None
-        self._last_step_start: float | None = None
+        self._last_step_end: float | None = None
         self._runner_busy_s = 0.0
 
     # ----- the iteration ----------------------------------------------------------
@@ -327,9 +327,11 @@ class StarPO(Algorithm):
         )
 
     def _log_timing(self, start: float, waited: float, update_s: float, sync_s: float) -> None:
-        """Stage times and idle shares of this iteration (since the previous one began)."""
-        prev, self._last_step_start = self._last_step_start, start
+        """Stage times and idle shares of this iteration (since the previous one ended)."""
+        # The iteration's wall time: since the previous step ended (so the driver's
+        # own work between steps counts), or since this one began for the first.
         now = time.perf_counter()
+        prev, self._last_step_end = self._last_step_end, now
         span = now - (prev if prev is not None else start)
         busy, self._runner_busy_s = self._runner_busy_s, 0.0
         self.metrics.log_dict(

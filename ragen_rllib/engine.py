@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+from transformers.cache_utils import Cache, DynamicLayer
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,41 @@ class _Prefix:
     kv: list[tuple[torch.Tensor, torch.Tensor]]
 
 
+class _BufferLayer(DynamicLayer):
+    """A cache layer that writes keys and values into one buffer allocated for the
+    whole answer, instead of concatenating the cache anew at every decode step."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, h, _, d = key_states.shape
+        self._keys = key_states.new_zeros((b, h, self.capacity, d))
+        self._values = value_states.new_zeros((b, h, self.capacity, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"cache of {self.capacity} positions cannot take {end}")
+        self._keys[:, :, self.length : end] = key_states
+        self._values[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys = self._keys[:, :, : self.length]
+            self.values = self._values[:, :, : self.length]
+
+
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -101,7 +137,12 @@ def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator):
         drop = sorted_p.cumsum(-1) - sorted_p >= params.top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    # Inverse CDF: one uniform draw per row (multinomial draws far more randomness
+    # and costs several times as much). Zeroed entries can never be chosen.
+    cdf = probs.cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), generator=gen, device=probs.device, dtype=cdf.dtype)
+    token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
+    token = torch.minimum(token, (probs > 0).cumsum(-1).argmax(-1))  # guard the top edge
     return token, logp_all.gather(-1, token[:, None]).squeeze(-1)
 
 
@@ -180,9 +221,9 @@ class HFEngine:
             out.extend(self._generate_batch(prompts[start:stop], params, gen, keys))
         return out
 
-    def _past(self, prompts: list[list[int]], keys: list[Hashable] | None):
-        """Rows' reusable prefixes as one left-padded cache: (reused lengths, cache or
-        None, its attention mask [n, C])."""
+    def _past(self, prompts: list[list[int]], keys: list[Hashable] | None, capacity_extra: int):
+        """Rows' reusable prefixes as one left-padded cache with room for
+        ``capacity_extra`` more positions: (reused lengths, cache, its mask [n, C])."""
         n = len(prompts)
         reuse, entries = [0] * n, [None] * n
         if keys is not None:
@@ -194,26 +235,25 @@ class HFEngine:
                     entries[i] = entry
         width = max(reuse)
         mask = torch.zeros((n, width), dtype=torch.long, device=self.device)
+        layers = self.model.config.num_hidden_layers
+        cache = Cache(layers=[_BufferLayer(width + capacity_extra) for _ in range(layers)])
         if width == 0:
-            return reuse, None, mask
-        from transformers import DynamicCache
-
-        layers = []
-        for layer in range(len(next(e for e in entries if e is not None).kv)):
-            k0, _ = next(e for e in entries if e is not None).kv[layer]
-            keys_t = torch.zeros(
-                (n, k0.shape[0], width, k0.shape[2]), dtype=k0.dtype, device=self.device
-            )
-            values_t = torch.zeros_like(keys_t)
+            return reuse, cache, mask
+        some = next(e for e in entries if e is not None)
+        for layer in range(layers):
+            k0, v0 = some.kv[layer]
+            keys_t = k0.new_zeros((n, k0.shape[0], width, k0.shape[2]))
+            values_t = v0.new_zeros((n, v0.shape[0], width, v0.shape[2]))
             for i, entry in enumerate(entries):
                 if reuse[i]:
                     k, v = entry.kv[layer]
                     keys_t[i, :, width - reuse[i] :] = k[:, : reuse[i]]
                     values_t[i, :, width - reuse[i] :] = v[:, : reuse[i]]
-            layers.append((keys_t, values_t))
+            cache.layers[layer].update(keys_t, values_t)
         for i, r in enumerate(reuse):
-            mask[i, width - r :] = 1 if r else 0
-        return reuse, DynamicCache(ddp_cache_data=layers, config=self.model.config), mask
+            if r:
+                mask[i, width - r :] = 1
+        return reuse, cache, mask
 
     def _generate_batch(
         self,
@@ -223,7 +263,8 @@ class HFEngine:
         keys: list[Hashable] | None = None,
     ) -> list[Generation]:
         n = len(prompts)
-        reuse, past, past_mask = self._past(prompts, keys)
+        longest = max(len(p) for p in prompts)
+        reuse, past, past_mask = self._past(prompts, keys, longest + params.max_new_tokens)
         suffixes = [p[r:] for p, r in zip(prompts, reuse, strict=True)]
         self.prompt_tokens_reused += sum(reuse)
         width = max(len(s) for s in suffixes)
@@ -242,7 +283,7 @@ class HFEngine:
         # Rows with the same prompt and nothing reused (a group's first turn: N
         # rollouts from one initial state) are encoded once and then copied.
         rows = None
-        if past is None:
+        if max(reuse) == 0:
             first: dict[tuple[int, ...], int] = {}
             owner = [first.setdefault(tuple(s), i) for i, s in enumerate(suffixes)]
             if len(first) < n:

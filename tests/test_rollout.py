@@ -284,3 +284,22 @@ def test_prefix_cache_gives_the_logprobs_of_a_full_encode(runner):
     for c, p in zip(cached, plain, strict=True):
         assert c.ids == p.ids
         assert max(abs(a - b) for a, b in zip(c.logprobs, p.logprobs, strict=True)) <= 1e-5
+
+
+def test_sampling_draws_tokens_with_their_probabilities():
+    """The engine's sampler (one uniform draw per row, inverse CDF) matches the
+    distribution it is given, top-p truncation included, and never picks a token
+    of probability 0."""
+    from ragen_rllib.engine import SamplingParams, _sample
+
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.15, 0.05])
+    logits = probs.clamp_min(1e-30).log().repeat(20000, 1)
+    gen = torch.Generator().manual_seed(0)
+    token, logp = _sample(logits, SamplingParams(temperature=1.0), gen)
+    freq = torch.bincount(token, minlength=5).float() / len(token)
+    assert torch.allclose(freq, probs, atol=0.01) and freq[1] == 0
+    assert torch.allclose(logp, probs.clamp_min(1e-30).log()[token], atol=1e-5)
+    # top_p=0.8 keeps 0.5 and 0.3 only, renormalised: 0.625 / 0.375.
+    token, _ = _sample(logits, SamplingParams(temperature=1.0, top_p=0.8), gen)
+    freq = torch.bincount(token, minlength=5).float() / len(token)
+    assert torch.allclose(freq, torch.tensor([0.625, 0, 0.375, 0, 0]), atol=0.01)
