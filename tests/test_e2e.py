@@ -146,7 +146,7 @@ algo = config.build_algo()
 rows = []
 for _ in range(3):
     result = algo.train()
-    rows.append([algo._num_sample_calls, result["rollout/batch_uses"]])
+    rows.append([algo._num_sample_calls, result["rollout"]["batch_uses"]])
 print(json.dumps(rows))
 """
     rows = _run_script(script, tmp_path)
