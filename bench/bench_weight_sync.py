@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from ragen_rllib.weights import from_wire, to_wire
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
     @ray.remote(num_cpus=1)
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def load(self, state, version: int) -> float:
             start = time.perf_counter()
-            weights = ray.get(state[0])  # the runner fetches the object itself
+            weights = from_wire(ray.get(state[0]))  # the runner fetches the object itself
             self.engine.load_weights(weights, version)
             return time.perf_counter() - start
 
@@ -90,9 +92,14 @@ def main(argv: list[str] | None = None) -> int:
                     for p in learner.parameters():  # an "update"
                         p.add_(1e-6)
                 start = time.perf_counter()
-                state = {k: v.detach().cpu() for k, v in learner.state_dict().items()}
+                # As LLMRLModule.actor_weights: a tied LM head is not sent.
+                state = {
+                    k: v.detach().cpu()
+                    for k, v in learner.state_dict().items()
+                    if not (learner.config.tie_word_embeddings and k == "lm_head.weight")
+                }
                 t1 = time.perf_counter()
-                ref = ray.put(state)
+                ref = ray.put(to_wire(state))  # as the algorithm sends them
                 t2 = time.perf_counter()
                 load = ray.get(runner.load.remote([ref], version))
                 end = time.perf_counter()

@@ -51,6 +51,7 @@ from .context import Trajectory
 from .env_loading import import_env_modules
 from .env_runner import training_group_seeds
 from .metrics import rollout_metrics
+from .weights import to_wire
 
 logger = logging.getLogger(__name__)
 
@@ -292,13 +293,17 @@ class StarPO(Algorithm):
             components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}/{DEFAULT_MODULE_ID}",
             inference_only=True,
         )[COMPONENT_LEARNER]
-        payload = {
-            COMPONENT_RL_MODULE: state[COMPONENT_RL_MODULE],
-            WEIGHTS_SEQ_NO: self._policy_version,
-        }
         if self.env_runner is not None:
-            self.env_runner.set_state(payload)
+            self.env_runner.set_state(
+                {
+                    COMPONENT_RL_MODULE: state[COMPONENT_RL_MODULE],
+                    WEIGHTS_SEQ_NO: self._policy_version,
+                }
+            )
             return
+        module_state = state[COMPONENT_RL_MODULE]
+        module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
+        payload = {COMPONENT_RL_MODULE: to_wire(module_state), WEIGHTS_SEQ_NO: self._policy_version}
         group = self.env_runner_group
         # An earlier push still queued behind a sample: let it land first (one per runner).
         while group.num_in_flight_async_reqs(tag="weights"):

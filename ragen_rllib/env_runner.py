@@ -29,6 +29,7 @@ from .engine import HFEngine, SamplingParams
 from .env_loading import actions_left_of, import_env_modules, make_env, success_of
 from .metrics import rollout_metrics
 from .rl_module import ACTOR_PREFIX
+from .weights import from_wire, is_wire
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +175,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             if isinstance(module_state, ray.ObjectRef):  # RLlib's own sync at setup
                 module_state = ray.get(module_state)
             module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
+            if is_wire(module_state):  # NumPy arrays from the object store
+                module_state = from_wire(module_state)
             n = len(ACTOR_PREFIX)
             weights = {k[n:]: v for k, v in module_state.items() if k.startswith(ACTOR_PREFIX)}
             start = time.perf_counter()

@@ -56,3 +56,16 @@ def test_bad_bounds_are_rejected():
         FreshnessBuffer(online_k=0)
     with pytest.raises(ValueError, match="max_policy_lag"):
         FreshnessBuffer(online_k=1, max_policy_lag=-1)
+
+
+def test_weights_travel_as_arrays_and_come_back_bit_exact():
+    import torch
+
+    from ragen_rllib.weights import from_wire, is_wire, to_wire
+
+    state = {"a": torch.randn(3, 4), "b": torch.randn(5).to(torch.bfloat16)}
+    wire = to_wire(state)
+    assert is_wire(wire) and not is_wire(state)
+    back = from_wire(wire)
+    assert back["a"].dtype == torch.float32 and torch.equal(back["a"], state["a"])
+    assert back["b"].dtype == torch.bfloat16 and torch.equal(back["b"], state["b"])
