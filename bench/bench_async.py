@@ -79,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument(
+        "--learner-threads",
+        type=int,
+        default=1,
+        help="torch threads of the driver's learner beside a runner actor (which has 1)",
+    )
     args = parser.parse_args(argv)
 
     import ray
@@ -94,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.modes.split(","):
             config, _ = build_config(exp, {**overrides, **MODES[mode]})
             config.eval_interval = 0
-            # With a runner actor beside it, the driver's learner keeps to 1 thread.
-            threads = args.threads if mode == "sync-local" else 1
+            # Beside a runner actor, the driver's learner uses --learner-threads.
+            threads = args.threads if mode == "sync-local" else args.learner_threads
             torch.set_num_threads(threads)
             out = run_mode(config, args.warmup, args.iterations)
             out["learner_threads"] = threads
-            out["runner_threads"] = threads if mode == "sync-local" else 1
+            out["runner_threads"] = args.threads if mode == "sync-local" else 1
             figures["modes"][mode] = out
             print(mode, json.dumps(out), flush=True)
     finally:
