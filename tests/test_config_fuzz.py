@@ -48,7 +48,10 @@ POS_INT = {
     "rollout_batch_size", "online_k", "eval_num_states", "minibatch_size", "num_epochs",
     "max_nonfinite_updates",
 }  # fmt: skip
-NONNEG_INT = {"eval_seed", "eval_interval", "num_env_runners", "num_learners"}
+NONNEG_INT = {
+    "eval_seed", "eval_interval", "num_env_runners", "num_learners", "max_policy_lag",
+    "max_num_env_runner_restarts",
+}  # fmt: skip
 UNIT = {
     "gamma", "lambda", "gamma_turn", "lambda_turn", "gamma_token", "lambda_token",
     "max_env_error_share",
@@ -61,7 +64,9 @@ NONNEG = {
     "num_gpus_per_learner", "num_gpus_per_env_runner", "num_cpus_per_env_runner",
     "num_cpus_for_main_process",
 }  # fmt: skip
-BOOL = {"whiten_advantages", "shuffle_batch_per_epoch"}
+BOOL = {
+    "whiten_advantages", "shuffle_batch_per_epoch", "async_rollouts", "restart_failed_env_runners",
+}  # fmt: skip
 CHOICES = {
     "advantage_estimator": ("gae", "grpo", "bilevel_gae"),
     "reward_level": ("trajectory", "turn"),
@@ -92,6 +97,7 @@ CROSS_KEYS = {
     "group_size", "env_groups", "filter_keep_ratio", "minibatch_size", "num_env_runners",
     "advantage_estimator", "eval_seed", "eval_num_states", "num_gpus_per_learner",
     "num_gpus_per_env_runner", "num_learners", "llm", "env", "env_module", "env_config",
+    "online_k", "max_policy_lag", "async_rollouts",
 }  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}
