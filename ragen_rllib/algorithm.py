@@ -49,7 +49,7 @@ from .config import StarPOConfig
 from .connectors import build_sample_pipeline
 from .context import Trajectory
 from .env_loading import import_env_modules
-from .env_runner import training_group_seeds
+from .env_runner import seed_stream_base, training_group_seeds
 from .metrics import rollout_metrics
 from .weights import to_wire
 
@@ -81,7 +81,6 @@ class _SampleRequest:
 
     call: int
     shares: dict[int, tuple[list[int], list[int], int]]
-    started: float = field(default_factory=time.perf_counter)
     results: dict[int, list[Trajectory]] = field(default_factory=dict)
 
 
@@ -105,24 +104,23 @@ class StarPO(Algorithm):
         # The training seed stream: the driver draws every iteration's P initial
         # states and hands the runners their shares, so the stream does not depend
         # on the number of runners, survives a runner's restart and is checkpointed.
-        self._seed_base = int(self.config.seed or 0) * 1_000_003
+        self._seed_base = seed_stream_base(self.config.seed)
         self._num_sample_calls = 0
         self._policy_version = 0  # learner updates so far: the weights version
         self._request: _SampleRequest | None = None
         self._last_step_end: float | None = None
-        self._runner_busy_s = 0.0
 
     # ----- the iteration ----------------------------------------------------------
     def training_step(self) -> None:
         cfg = self.config
         step_start = time.perf_counter()
-        waited = 0.0
+        waited = busy = 0.0
         if not self._buffer.has_fresh(self._policy_version):
             with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
                 if self._request is None:
                     self._launch_sample()
                 wait_start = time.perf_counter()
-                trajs = self._collect_sample()
+                trajs, busy = self._collect_sample()
                 waited = time.perf_counter() - wait_start
             self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
             self._count(trajs)
@@ -144,7 +142,7 @@ class StarPO(Algorithm):
         else:  # every group dropped (env errors), filtered out or too stale
             logger.warning("iteration %d: no trajectory left to train on", self.iteration + 1)
             self.metrics.log_value(("rollout", "empty_batches"), 1, reduce="sum")
-        self._log_timing(step_start, waited, update_s, sync_s)
+        self._log_timing(step_start, waited, busy, update_s, sync_s)
 
         every = cfg.eval_interval
         if every and (self.training_iteration + 1) % every == 0:
@@ -218,8 +216,9 @@ class StarPO(Algorithm):
             if not made:  # the runner died since the health check: handled on collect
                 logger.warning("env runner %d took no sample request", rid)
 
-    def _collect_sample(self) -> list[Trajectory]:
-        """Wait for the pending request; re-sample the shares of runners that failed."""
+    def _collect_sample(self) -> tuple[list[Trajectory], float]:
+        """Wait for the pending request; re-sample the shares of runners that failed.
+        Returns the trajectories and the runners' mean busy seconds for their shares."""
         request, self._request = self._request, None
         assert request is not None
         runner_metrics, busy_s = [], []
@@ -250,9 +249,8 @@ class StarPO(Algorithm):
                 )
         if runner_metrics:
             self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-        # Busy time of the runners, for the idle share: rollout seconds per runner.
-        self._runner_busy_s = sum(busy_s) / max(1, len(request.shares))
-        return [t for key in sorted(request.results) for t in request.results[key]]
+        trajs = [t for key in sorted(request.results) for t in request.results[key]]
+        return trajs, sum(busy_s) / max(1, len(request.shares))
 
     def _recover(self, request: _SampleRequest, missing: list[int], attempt: int) -> None:
         """Runners died holding shares: count them, bring the runners back and re-sample."""
@@ -265,8 +263,6 @@ class StarPO(Algorithm):
             groups,
             attempt + 1,
         )
-        self.metrics.log_value(("counters", "runner_failures"), len(missing), reduce="sum")
-        self.metrics.log_value(("counters", "resampled_groups"), groups, reduce="sum")
         self._lifetime["num_runner_failures"] += len(missing)
         self._lifetime["num_resampled_groups"] += groups
         self.restore_env_runners(self.env_runner_group)
@@ -304,15 +300,20 @@ class StarPO(Algorithm):
         module_state = state[COMPONENT_RL_MODULE]
         module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
         payload = {COMPONENT_RL_MODULE: to_wire(module_state), WEIGHTS_SEQ_NO: self._policy_version}
-        group = self.env_runner_group
-        # An earlier push still queued behind a sample: let it land first (one per runner).
-        while group.num_in_flight_async_reqs(tag="weights"):
-            group.fetch_ready_async_reqs(tags="weights", timeout_seconds=1.0)
-        ref = ray.put(payload)
-        group.foreach_env_runner_async(
-            "set_state", tag="weights", kwargs={"state": ref}, remote_worker_ids=worker_ids
+        # An earlier push still queued behind a sample lands first (one per runner).
+        self._await_weight_pushes()
+        self.env_runner_group.foreach_env_runner_async(
+            "set_state",
+            tag="weights",
+            kwargs={"state": ray.put(payload)},
+            remote_worker_ids=worker_ids,
         )
-        while wait and group.num_in_flight_async_reqs(tag="weights"):
+        if wait:
+            self._await_weight_pushes()
+
+    def _await_weight_pushes(self) -> None:
+        group = self.env_runner_group
+        while group.num_in_flight_async_reqs(tag="weights"):
             group.fetch_ready_async_reqs(tags="weights", timeout_seconds=1.0)
 
     # ----- metrics ------------------------------------------------------------------
@@ -331,14 +332,15 @@ class StarPO(Algorithm):
             window=1,
         )
 
-    def _log_timing(self, start: float, waited: float, update_s: float, sync_s: float) -> None:
+    def _log_timing(
+        self, start: float, waited: float, busy: float, update_s: float, sync_s: float
+    ) -> None:
         """Stage times and idle shares of this iteration (since the previous one ended)."""
         # The iteration's wall time: since the previous step ended (so the driver's
         # own work between steps counts), or since this one began for the first.
         now = time.perf_counter()
         prev, self._last_step_end = self._last_step_end, now
         span = now - (prev if prev is not None else start)
-        busy, self._runner_busy_s = self._runner_busy_s, 0.0
         self.metrics.log_dict(
             {
                 "sample_wait_s": waited,

@@ -44,10 +44,8 @@ class FreshnessBuffer(ReplayBufferInterface):
         self.max_policy_lag = max_policy_lag
         self._batches: deque[list[Trajectory]] = deque()
         self._uses: deque[int] = deque()
-        #: lifetime counts: trajectories dropped for lag, batches added, hand-outs
+        #: trajectories dropped for lag, lifetime
         self.num_dropped_stale = 0
-        self.num_added = 0
-        self.num_sampled = 0
 
     def __len__(self) -> int:
         """Batches held (each has uses left)."""
@@ -56,7 +54,6 @@ class FreshnessBuffer(ReplayBufferInterface):
     def add(self, batch: list[Trajectory], **kwargs) -> None:
         self._batches.append(list(batch))
         self._uses.append(0)
-        self.num_added += 1
 
     def sample(
         self, num_items: int | None = None, *, policy_version: int = 0, **kwargs
@@ -77,7 +74,6 @@ class FreshnessBuffer(ReplayBufferInterface):
             else:
                 self._batches[0], self._uses[0] = fresh, uses
             if fresh:
-                self.num_sampled += 1
                 for t in fresh:
                     t.uses = uses
                     t.policy_lag = policy_version - t.weights_version
@@ -97,13 +93,9 @@ class FreshnessBuffer(ReplayBufferInterface):
             "batches": [list(b) for b in self._batches],
             "uses": list(self._uses),
             "num_dropped_stale": self.num_dropped_stale,
-            "num_added": self.num_added,
-            "num_sampled": self.num_sampled,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._batches = deque(list(b) for b in state.get("batches", []))
         self._uses = deque(int(u) for u in state.get("uses", [0] * len(self._batches)))
         self.num_dropped_stale = int(state.get("num_dropped_stale", 0))
-        self.num_added = int(state.get("num_added", 0))
-        self.num_sampled = int(state.get("num_sampled", 0))

@@ -180,8 +180,7 @@ class HFEngine:
         self.max_batch_size = max_batch_size
         self.weights_version = 0
         self._prefixes: dict[Hashable, _Prefix] = {}
-        #: prompt tokens encoded / taken from the prefix cache, lifetime
-        self.prompt_tokens_encoded = 0
+        #: prompt tokens taken from the prefix cache instead of encoded, lifetime
         self.prompt_tokens_reused = 0
 
     def clear_cache(self) -> None:
@@ -306,12 +305,11 @@ class HFEngine:
             use_cache=True,
             logits_to_keep=1,
         )
-        self.prompt_tokens_encoded += int(attention[:, past_mask.shape[1] :].sum())
         cache, logits = result.past_key_values, result.logits[:, -1]
         if rows is not None:
             cache.batch_select_indices(rows)
             logits, attention, positions = logits[rows], attention[rows], positions[rows]
-        prefill_mask = attention
+        prefill_mask = attention  # the decode loop below grows `attention`
         next_pos = positions[:, -1:] + 1
         ids = [[] for _ in range(n)]
         logps = [[] for _ in range(n)]

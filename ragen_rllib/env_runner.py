@@ -43,6 +43,12 @@ def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:
     return obs, gym.spaces.Discrete(vocab_size)
 
 
+def seed_stream_base(seed: int | None, index: int | None = 0) -> int:
+    """The base of a training seed stream: the StarPO driver's is index 0, and so is
+    a runner's own stream (``sample()``) in the driver; remote runner i's is i."""
+    return int(seed or 0) * 1_000_003 + int(index or 0)
+
+
 def training_group_seeds(base_seed: int, call: int, num_groups: int) -> tuple[list[int], int]:
     """The ``call``-th draw of a seed stream: ``num_groups`` initial-state seeds (all
     >= TRAIN_SEED_OFFSET, so never an evaluation state) and one sampling seed."""
@@ -101,7 +107,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self._envs: list[gym.Env] = []
         self._num_sample_calls = 0
         self.num_groups_sampled = 0  # lifetime, this runner (restarts from 0 with it)
-        self._base_seed = int(config.seed or 0) * 1_000_003 + int(self.worker_index or 0)
+        self._base_seed = seed_stream_base(config.seed, self.worker_index)
 
     # ----- EnvRunner API ------------------------------------------------------------
     def assert_healthy(self) -> None:

@@ -23,10 +23,10 @@ def to_wire(state: dict[str, torch.Tensor]) -> dict[str, Any]:
     out = {}
     for name, tensor in state.items():
         t = tensor.detach().cpu().contiguous()
-        if t.dtype in _BITS:
-            out[name] = (t.view(_BITS[t.dtype]).numpy(), str(t.dtype).removeprefix("torch."))
-        else:
-            out[name] = (t.numpy(), str(t.dtype).removeprefix("torch."))
+        out[name] = (
+            t.view(_BITS.get(t.dtype, t.dtype)).numpy(),
+            str(t.dtype).removeprefix("torch."),
+        )
     return out
 
 
