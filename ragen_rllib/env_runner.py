@@ -25,7 +25,7 @@ from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from .context import ChatFormat, Trajectory, render_turn, system_prompt_for, with_instructions
-from .engine import HFEngine, SamplingParams
+from .engine import HFEngine, RolloutEngine, SamplingParams
 from .env_loading import actions_left_of, import_env_modules, make_env, success_of
 from .metrics import rollout_metrics
 from .rl_module import ACTOR_PREFIX
@@ -77,6 +77,35 @@ def rollout_device(choice: str) -> str:
     return choice
 
 
+def make_engine(config, model_path: str, tokenizer) -> RolloutEngine:
+    """The rollout engine that ``config.engine`` names, for the model at ``model_path``."""
+    pad = tokenizer.pad_token_id
+    if config.engine == "vllm":
+        from .vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            model_path,
+            eos_token_id=tokenizer.eos_token_id,
+            dtype=config.model_dtype,
+            max_model_len=config.max_context_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+            kv_cache_gb=config.vllm_kv_cache_gb,
+            enforce_eager=config.vllm_enforce_eager,
+            max_num_seqs=config.rollout_batch_size,
+            seed=config.seed or 0,
+        )
+    return HFEngine(
+        model_path,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id if pad is None else pad,
+        dtype=config.model_dtype,
+        device=rollout_device(config.rollout_device),
+        max_batch_size=config.rollout_batch_size,
+    )
+
+
 class LLMEnvRunner(EnvRunner, Checkpointable):
     """Samples multi-turn trajectories from text envs with an LLM rollout engine."""
 
@@ -95,15 +124,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             system_prompt=system_prompt_for(config.prompt_style),
             prefill=config.prefill,
         )
-        pad = self.tokenizer.pad_token_id
-        self.engine = HFEngine(
-            self._model_path,
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.eos_token_id if pad is None else pad,
-            dtype=config.model_dtype,
-            device=rollout_device(config.rollout_device),
-            max_batch_size=config.rollout_batch_size,
-        )
+        self.engine = make_engine(config, self._model_path, self.tokenizer)
         self._envs: list[gym.Env] = []
         self._num_sample_calls = 0
         self.num_groups_sampled = 0  # lifetime, this runner (restarts from 0 with it)

