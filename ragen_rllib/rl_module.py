@@ -1,9 +1,10 @@
 """LLMRLModule: the causal LM (the actor) and an optional critic as an RLlib TorchRLModule.
 
 Lives in the learner. ``forward_train`` takes a right-padded token batch and
-returns, for every position t, the log-probability and entropy of token t
-given tokens < t (``logp[:, 0]`` is 0: nothing predicts the first token) and,
-when the critic is on, the value of the state before token t. Sampling does not
+returns, for every response position t, the log-probability and entropy of
+token t given tokens < t (0 elsewhere: the LM head runs on the response
+positions only) and, when the critic is on, the value of the state before
+token t. Sampling does not
 go through this module: the env runners' rollout engines hold their own copy of
 the actor and receive its weights after each update.
 
@@ -17,16 +18,63 @@ under the names the rollout model expects.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 
-from .core.losses import token_logprobs_and_entropy
+from .core.losses import selected_logprobs_and_entropy
 
 ACTOR_PREFIX = "actor."
+
+
+def scored_positions(batch: dict[str, Any]) -> torch.Tensor:
+    """Which positions' next-token distributions a loss reads  # -> bool [B, T-1].
+
+    Position t-1 scores token t; a loss reads the response tokens only (the batch's
+    ``response_mask``), or, without one, every real token after the first."""
+    mask = batch.get("response_mask")
+    if mask is None:
+        mask = batch["attention_mask"]
+    return mask[:, 1:] > 0
+
+
+def response_logprobs(
+    model: nn.Module,
+    batch: dict[str, Any],
+    temperature: float,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> dict[str, torch.Tensor]:
+    """``logp`` and ``entropy`` of a causal LM  # -> [B, T] each, fp32, 0 where unscored.
+
+    The transformer runs over the whole batch, but the LM head only over the
+    positions :func:`scored_positions` selects, in checkpointed chunks: no
+    [B, T, V] logits tensor is built (for a 150k-token vocabulary that tensor,
+    not the model, is what runs out of memory)."""
+    input_ids = batch["input_ids"]  # [B, T]
+    chosen = scored_positions(batch)  # [B, T-1]
+    head = model.get_output_embeddings()
+    with autocast():
+        hidden = model.base_model(
+            input_ids=input_ids, attention_mask=batch["attention_mask"]
+        ).last_hidden_state  # [B, T, H]
+        logp, entropy = selected_logprobs_and_entropy(
+            hidden[:, :-1][chosen],  # [N, H]
+            head.weight,
+            getattr(head, "bias", None),
+            input_ids[:, 1:][chosen],
+            temperature=temperature,
+        )
+    zeros = logp.new_zeros(input_ids.shape)  # [B, T]
+    return {
+        "logp": zeros.masked_scatter(F.pad(chosen, (1, 0)), logp),
+        "entropy": zeros.masked_scatter(F.pad(chosen, (1, 0)), entropy),
+    }
 
 
 class LLMRLModule(TorchRLModule, ValueFunctionAPI):
@@ -53,6 +101,10 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             self.value_head = nn.Linear(hidden, 1)
             nn.init.normal_(self.value_head.weight, std=1.0 / (hidden + 1))
             nn.init.zeros_(self.value_head.bias)
+        if cfg.get("gradient_checkpointing") and not self.inference_only:
+            for net in (self.actor, getattr(self, "critic", None)):
+                if net is not None:
+                    net.gradient_checkpointing_enable({"use_reentrant": False})
 
     def _autocast(self):
         device = next(self.actor.parameters()).device
@@ -77,14 +129,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         return {"logits": out.logits}
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
-        input_ids = batch["input_ids"]  # [B, T]
-        with self._autocast():
-            logits = self.actor(input_ids=input_ids, attention_mask=batch["attention_mask"]).logits
-        logp, entropy = token_logprobs_and_entropy(
-            logits[:, :-1], input_ids[:, 1:], temperature=self.temperature
-        )  # [B, T-1] each: position t-1 predicts token t
-        pad = logp.new_zeros((logp.shape[0], 1))
-        out = {"logp": torch.cat([pad, logp], 1), "entropy": torch.cat([pad, entropy], 1)}
+        out = response_logprobs(self.actor, batch, self.temperature, self._autocast)
         if self.has_critic:
             out["values"] = self.compute_values(batch)
         return out

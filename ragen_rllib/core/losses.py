@@ -23,6 +23,7 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "policy_loss",
+    "selected_logprobs_and_entropy",
     "token_logprobs_and_entropy",
     "value_loss",
 ]
@@ -224,3 +225,50 @@ def token_logprobs_and_entropy(
         logps.append(lp)
         entropies.append(ent)
     return torch.cat(logps, dim=1), torch.cat(entropies, dim=1)
+
+
+def _head_chunk(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = torch.nn.functional.linear(hidden, weight, bias)  # [c, V]
+    return _logp_entropy_chunk(logits, targets, temperature)
+
+
+def selected_logprobs_and_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    chunk: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log softmax(head(hidden) / temperature)[targets] and the entropy, for selected
+    positions only  # hidden [N, H], targets [N] -> ([N], [N]), fp32.
+
+    ``hidden`` holds the final hidden states of just the positions whose next token
+    is scored (the response tokens), so the LM head ``(weight [V, H], bias)`` runs
+    on N rows instead of every position of the batch. It runs in chunks of
+    ``chunk`` rows; with gradients each chunk is checkpointed, so at most one
+    chunk's [chunk, V] logits exist at a time, in the forward and in the backward
+    pass. Per row this is exactly :func:`token_logprobs_and_entropy` on the full
+    logits.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if hidden.shape[0] == 0:
+        empty = hidden.new_zeros((0,), dtype=torch.float32)
+        return empty, empty
+    use_ckpt = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    logps, entropies = [], []
+    for h, t in zip(hidden.split(chunk), targets.split(chunk), strict=True):
+        if use_ckpt:
+            lp, ent = checkpoint(_head_chunk, h, weight, bias, t, temperature, use_reentrant=False)
+        else:
+            lp, ent = _head_chunk(h, weight, bias, t, temperature)
+        logps.append(lp)
+        entropies.append(ent)
+    return torch.cat(logps), torch.cat(entropies)
