@@ -111,6 +111,14 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "critic_lr": 1e-5,  # critic learning rate (paper 1e-5); the actor's is `lr`
     "weight_decay": 0.01,  # AdamW weight decay (paper 0.01)
     "online_k": 1,  # updates per rollout batch: 1 is fully fresh (paper's Online-k)
+    # Padded tokens (rows x longest row) per forward/backward pass at most: a minibatch
+    # is split into micro-batches of rows of similar length whose gradients accumulate
+    # (null: the whole minibatch in one pass). Memory grows with it, not with
+    # minibatch_size; the update is the same at any value.
+    "max_tokens_per_microbatch": None,
+    # Recompute the transformer's activations in the backward pass instead of keeping
+    # them (less memory, about a third more compute).
+    "gradient_checkpointing": False,
     # --- actors and asynchrony --------------------------------------------------------
     # With num_env_runners = N >= 1 the N remote runners split the env_groups (P stays
     # the total). async_rollouts: the runners sample batch i+1 while the learner
@@ -263,6 +271,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "whiten_advantages": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "async_rollouts": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "gradient_checkpointing": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "max_tokens_per_microbatch": (
+        lambda v: v is None or (is_int(v) and 1 <= v < _INT_LIMIT),
+        "must be null (the whole minibatch in one pass) or an integer >= 1 and < 2**31",
+    ),
     "vllm_gpu_memory_utilization": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
     "vllm_kv_cache_gb": _number(lambda v: v > 0, "> 0 (GiB)", none_ok=True),
     "vllm_enforce_eager": (
@@ -372,6 +385,7 @@ class StarPOConfig(AlgorithmConfig):
             "dtype": self.model_dtype,
             "critic": self.uses_critic,
             "temperature": self.temperature,
+            "gradient_checkpointing": self.gradient_checkpointing,
         }
 
     @classmethod
@@ -491,6 +505,12 @@ class StarPOConfig(AlgorithmConfig):
                 f"must be <= the trajectories left after filtering ({kept} groups x "
                 f"{self.group_size} = {kept * self.group_size}); lower it or raise "
                 "env_groups / filter_keep_ratio",
+            )
+        if self.num_learners > 1 and self.minibatch_size < self.num_learners:
+            raise bad(
+                "minibatch_size",
+                f"must be >= num_learners={self.num_learners}: every minibatch takes at "
+                "least one trajectory from each learner's shard",
             )
         if self.async_rollouts and self.num_env_runners < 1:
             raise bad(

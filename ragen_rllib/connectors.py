@@ -164,7 +164,8 @@ class TrajectoriesToBatch(ConnectorV2):
 
     Row columns: ``input_ids``, ``attention_mask``, ``response_mask`` (1 on generated
     tokens), ``old_logp`` and ``row_trajectory`` (the row's trajectory, so that the
-    minibatches keep a trajectory's rows together). Per-trajectory columns for the
+    minibatches keep a trajectory's rows together), and ``row_minibatch``  # [R, epochs]
+    when the algorithm planned the update's minibatches. Per-trajectory columns for the
     advantage estimators: ``stream_index``  # [B, L], the flat [R * T] position of each of
     the trajectory's generated tokens in order (its "response stream", -1 as padding),
     ``stream_turn``  # [B, L], the turn of each stream token (-1 as padding),
@@ -209,6 +210,10 @@ class TrajectoriesToBatch(ConnectorV2):
             cols["turn_rewards"][b, : t.num_turns] = t.turn_rewards
             cols["turn_advantages"][b, : len(t.turn_advantages)] = t.turn_advantages
             first_row += len(t.segments)
+        if episodes and all(t.minibatch_ids for t in episodes):
+            cols["row_minibatch"] = np.array(
+                [episodes[b].minibatch_ids for b, _ in segments], np.int64
+            )  # [R, epochs]
         batch[DEFAULT_MODULE_ID] = cols
         return batch
 
@@ -249,6 +254,7 @@ class ComputeAdvantages(ConnectorV2):
             config.lambda_token,
         )
         self.whiten = config.whiten_advantages
+        self.max_tokens = config.max_tokens_per_microbatch
 
     def __call__(self, *, rl_module, batch, episodes, **kwargs):
         cols = batch[DEFAULT_MODULE_ID]
@@ -265,17 +271,9 @@ class ComputeAdvantages(ConnectorV2):
         module = rl_module[DEFAULT_MODULE_ID] if DEFAULT_MODULE_ID in rl_module else rl_module
         module = module.unwrapped() if hasattr(module, "unwrapped") else module
         device = next(module.parameters()).device
-        with torch.no_grad():
-            values = (
-                module.compute_values(
-                    {
-                        "input_ids": torch.from_numpy(cols["input_ids"]).to(device),
-                        "attention_mask": torch.from_numpy(cols["attention_mask"]).to(device),
-                    }
-                )
-                .float()
-                .cpu()
-            )  # [R, T]
+        values = critic_values(
+            module, cols["input_ids"], cols["attention_mask"], device, self.max_tokens
+        )  # [R, T]
         values = values * mask
         stream_mask = (index >= 0).float()  # [B, L]
         stream_values = to_stream(values, index)  # [B, L]
@@ -294,6 +292,21 @@ class ComputeAdvantages(ConnectorV2):
         cols["value_targets"] = from_stream(returns, index, mask.shape).numpy().astype(np.float32)
         cols["old_values"] = values.numpy().astype(np.float32)
         return batch
+
+
+def critic_values(module, input_ids, attention_mask, device, max_tokens) -> torch.Tensor:
+    """The critic's values for a [R, T] batch, in micro-batches of at most
+    ``max_tokens`` padded tokens (None: one pass)  # -> [R, T] fp32 on the CPU."""
+    from .core.batching import microbatch_rows, take_rows
+
+    ids, attn = torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
+    out = torch.zeros(ids.shape, dtype=torch.float32)
+    with torch.no_grad():
+        for rows in microbatch_rows(attn.sum(1).tolist(), max_tokens):
+            part = take_rows({"input_ids": ids, "attention_mask": attn}, rows)
+            values = module.compute_values({k: v.to(device) for k, v in part.items()})
+            out[torch.as_tensor(rows), : values.shape[1]] = values.float().cpu()
+    return out
 
 
 class ToTensors(ConnectorV2):

@@ -12,6 +12,7 @@ optimizer by global norm.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -20,8 +21,9 @@ import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from .core.advantages import masked_mean
-from .core.losses import kl_penalty, policy_loss, token_logprobs_and_entropy, value_loss
+from .core.batching import microbatch_rows, take_rows
+from .core.losses import aggregate_loss, kl_penalty, policy_loss, value_loss
+from .rl_module import response_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +74,9 @@ class TrajectoryMinibatches:
         self.minibatch_size = minibatch_size or max(most, 1)
 
     def __iter__(self):
+        if all("row_minibatch" in b for b in self.batch.policy_batches.values()):
+            yield from self._planned()
+            return
         rng = np.random.default_rng(self.seed)
         for _ in range(self.num_epochs):
             orders = {
@@ -87,6 +92,27 @@ class TrajectoryMinibatches:
                         rows = np.concatenate([self.rows[mid][i] for i in chosen])
                         index = torch.as_tensor(rows)
                         parts[mid] = SampleBatch({k: v[index] for k, v in module_batch.items()})
+                yield MultiAgentBatch(parts, env_steps=max(len(p) for p in parts.values()))
+
+    def _planned(self):
+        """The minibatches the algorithm planned (``row_minibatch``, per epoch): the
+        same for every learner, each learner holding its shard's part of each."""
+        for epoch in range(self.num_epochs):
+            plans = {}
+            for mid, b in self.batch.policy_batches.items():
+                column = b["row_minibatch"]
+                column = column.cpu().numpy() if torch.is_tensor(column) else np.asarray(column)
+                plans[mid] = column[:, epoch]
+            steps = max((int(p.max()) + 1 for p in plans.values() if len(p)), default=0)
+            for j in range(steps):
+                parts = {}
+                for mid, module_batch in self.batch.policy_batches.items():
+                    rows = np.flatnonzero(plans[mid] == j)
+                    if len(rows):
+                        index = torch.as_tensor(rows)
+                        parts[mid] = SampleBatch(
+                            {k: v[index] for k, v in module_batch.items() if k != "row_minibatch"}
+                        )
                 yield MultiAgentBatch(parts, env_steps=max(len(p) for p in parts.values()))
 
 
@@ -123,6 +149,99 @@ class StarPOTorchLearner(TorchLearner):
             # A new seed per update, reproducible from the checkpointed counter.
             seed=int(self.config.seed or 0) * 1_000_003 + self._weights_seq_no,
         )
+
+    # ----- micro-batches ---------------------------------------------------------------
+    def _uncompiled_update(self, batch: dict[str, Any], **kwargs):
+        """One optimizer step on a minibatch, in micro-batches of at most
+        ``max_tokens_per_microbatch`` padded tokens whose gradients accumulate.
+
+        Every loss term is divided by the minibatch's count of response tokens (or
+        of sequences, for the seq-mean aggregations) over all learners, not by the
+        micro-batch's, so the step is the same for any micro-batch size and any
+        number of learners (DDP averages the learners' gradients, so each loss is
+        also multiplied by the number of learners)."""
+        self._compute_off_policyness(batch)
+        ddp = self.config.num_learners > 1
+        plans = {}
+        for mid, module_batch in batch.items():
+            lengths = module_batch["attention_mask"].sum(1).tolist()
+            plans[mid] = microbatch_rows(lengths, self.config.max_tokens_per_microbatch)
+            self._set_denominators(mid, module_batch)
+        steps = max((len(p) for p in plans.values()), default=0)
+        for optim in self._optimizer_parameters:
+            optim.zero_grad(set_to_none=True)
+        self._loss_finite = True
+        self._stats: dict[str, dict[str, list]] = {mid: {} for mid in batch}
+        totals: dict[str, torch.Tensor] = {}
+        fwd_out: dict[str, Any] = {}
+        for step in range(steps):
+            micro = {
+                mid: take_rows(batch[mid], plan[step])
+                for mid, plan in plans.items()
+                if step < len(plan)
+            }
+            with contextlib.ExitStack() as stack:
+                if ddp and step < steps - 1:  # only the last backward all-reduces
+                    for mod in self.module.values():
+                        if isinstance(mod, torch.nn.Module) and hasattr(mod, "no_sync"):
+                            stack.enter_context(mod.no_sync())
+                fwd_out = self.module.forward_train(micro)
+                losses = self.compute_losses(fwd_out=fwd_out, batch=micro)
+                total = sum(losses.values())
+                if isinstance(total, torch.Tensor) and total.grad_fn is not None:
+                    total.backward()
+            for mid, loss in losses.items():
+                loss = loss.detach()
+                self._loss_finite &= bool(torch.isfinite(loss))
+                totals[mid] = totals[mid] + loss if mid in totals else loss
+        self._log_stats()
+        gradients = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
+        with contextlib.ExitStack() as stack:
+            if ddp:
+                for mod in self.module.values():
+                    if isinstance(mod, torch.nn.Module) and hasattr(mod, "no_sync"):
+                        stack.enter_context(mod.no_sync())
+            self.apply_gradients(self.postprocess_gradients(gradients))
+        return fwd_out, totals, {}
+
+    def _set_denominators(self, module_id: str, module_batch: dict[str, Any]) -> None:
+        """The minibatch's response tokens and sequences, summed over the learners."""
+        mask = module_batch["response_mask"] > 0
+        counts = torch.stack([mask.sum(), mask.any(dim=1).sum()]).double()
+        world = 1
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            world = torch.distributed.get_world_size()
+            if world > 1:
+                torch.distributed.all_reduce(counts)
+        self._denoms = {
+            "tokens": counts[0].clamp_min(1).float(),
+            "sequences": counts[1].clamp_min(1).float(),
+            "world": world,
+        }
+
+    def _add_stats(self, module_id: str, logs: dict[str, Any], tokens: torch.Tensor) -> None:
+        """Collect one micro-batch's statistics (weighted by its response tokens)."""
+        for key, value in logs.items():
+            value = value.detach() if isinstance(value, torch.Tensor) else value
+            self._stats[module_id].setdefault(key, []).append((value, tokens))
+
+    #: Statistics that are already each micro-batch's share of the minibatch's value.
+    _SUMMED = ("policy_loss", "entropy", "value_loss", "kl_to_reference", "response_tokens")
+
+    def _log_stats(self) -> None:
+        """Log each statistic once per minibatch: loss terms summed over its
+        micro-batches, maxima as the maximum, the rest weighted by response tokens."""
+        for mid, stats in self._stats.items():
+            for key, parts in stats.items():
+                values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v, _ in parts])
+                weights = torch.stack([torch.as_tensor(w, dtype=torch.float32) for _, w in parts])
+                if key.endswith("_max"):
+                    value = values.max()
+                elif key in self._SUMMED:
+                    value = values.sum()
+                else:
+                    value = (values * weights).sum() / weights.sum().clamp_min(1)
+                self.metrics.log_value((mid, key), value, window=1)
 
     # ----- numerical faults -----------------------------------------------------------
     def compute_gradients(self, loss_per_module, **kwargs):
@@ -182,7 +301,20 @@ class StarPOTorchLearner(TorchLearner):
     def compute_loss_for_module(
         self, *, module_id: str, config, batch: dict[str, Any], fwd_out: dict[str, Any]
     ) -> torch.Tensor:
+        """This micro-batch's share of the minibatch's loss (see ``_uncompiled_update``)."""
         mask = batch["response_mask"].float()  # [B, T], 1 on generated tokens
+        d = getattr(self, "_denoms", None) or {
+            "tokens": mask.sum().clamp_min(1),
+            "sequences": (mask.sum(1) > 0).sum().clamp_min(1).float(),
+            "world": 1,
+        }
+        seq_agg = config.loss_agg != "token-mean"
+        tokens = d["tokens"]
+        world = d["world"]
+
+        def token_mean(x: torch.Tensor) -> torch.Tensor:
+            return aggregate_loss(x, mask, "token-mean", denom=tokens)
+
         logp_new = fwd_out["logp"]  # [B, T]
         pg_loss, stats = policy_loss(
             logp_new,
@@ -193,23 +325,18 @@ class StarPOTorchLearner(TorchLearner):
             clip_high=config.clip_high,
             dual_clip=config.dual_clip,
             agg=config.loss_agg,
+            denom=d["sequences"] if seq_agg else tokens,
         )
-        entropy = masked_mean(fwd_out["entropy"], mask)
+        entropy = token_mean(fwd_out["entropy"])
         total = pg_loss - config.entropy_coeff * entropy
         logs = {"policy_loss": pg_loss, "entropy": entropy, **stats}
 
         if self._reference is not None:
             with torch.no_grad():
-                ref_logits = self._reference(
-                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-                ).logits
-                ref_logp, _ = token_logprobs_and_entropy(
-                    ref_logits[:, :-1],
-                    batch["input_ids"][:, 1:],
-                    temperature=config.temperature or 1.0,
-                )
-                ref_logp = torch.cat([ref_logp.new_zeros((ref_logp.shape[0], 1)), ref_logp], 1)
-            kl = masked_mean(kl_penalty(logp_new, ref_logp, kind=config.kl_estimator), mask)
+                ref_logp = response_logprobs(self._reference, batch, config.temperature or 1.0)[
+                    "logp"
+                ]
+            kl = token_mean(kl_penalty(logp_new, ref_logp, kind=config.kl_estimator))
             total = total + config.kl_coeff * kl
             logs["kl_to_reference"] = kl
 
@@ -220,13 +347,18 @@ class StarPOTorchLearner(TorchLearner):
                 batch["value_targets"],
                 mask,
                 clip=config.vf_clip,
+                denom=tokens,
             )
             total = total + config.vf_loss_coeff * vf_loss
             logs["value_loss"] = vf_loss
-            logs["value_mean"] = masked_mean(fwd_out["values"].detach(), mask)
+            logs["value_mean"] = (fwd_out["values"].detach() * mask).sum() / mask.sum().clamp_min(1)
 
-        logs["response_tokens"] = mask.sum()
-        for key, value in logs.items():
-            value = value.detach() if isinstance(value, torch.Tensor) else value
-            self.metrics.log_value((module_id, key), value, window=1)
-        return total
+        micro_tokens = mask.sum()
+        logs["response_tokens"] = micro_tokens
+        if hasattr(self, "_stats"):
+            self._add_stats(module_id, logs, micro_tokens)
+        else:
+            for key, value in logs.items():
+                value = value.detach() if isinstance(value, torch.Tensor) else value
+                self.metrics.log_value((module_id, key), value, window=1)
+        return total * world

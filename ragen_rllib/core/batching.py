@@ -1,0 +1,98 @@
+"""How a batch of trajectories is cut for the learners: shards, minibatches, micro-batches.
+
+Pure functions (torch and NumPy, no Ray), used by the driver (which trajectories
+go to which learner, and into which minibatch of each epoch) and by the learner
+(how a minibatch is split into micro-batches that fit in memory).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+
+def shard_trajectories(tokens: list[int], num_shards: int) -> list[list[int]]:
+    """Split trajectories (by index) between ``num_shards`` learners: whole
+    trajectories, each learner within one of the others in count, and the token
+    totals balanced (longest first, each to the learner with the fewest tokens
+    among those not yet full)."""
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    cap = math.ceil(len(tokens) / num_shards) if tokens else 0
+    shards: list[list[int]] = [[] for _ in range(num_shards)]
+    load = [0] * num_shards
+    for i in sorted(range(len(tokens)), key=lambda i: (-tokens[i], i)):
+        open_ = [w for w in range(num_shards) if len(shards[w]) < cap]
+        w = min(open_, key=lambda w: (load[w], w))
+        shards[w].append(i)
+        load[w] += tokens[i]
+    return [sorted(s) for s in shards]
+
+
+def minibatch_plan(
+    shards: list[list[int]],
+    minibatch_size: int | None,
+    num_epochs: int,
+    shuffle: bool,
+    seed: int,
+) -> np.ndarray:
+    """Which minibatch each trajectory belongs to in each epoch  # -> int [n, num_epochs].
+
+    An epoch has ``ceil(n / minibatch_size)`` minibatches (one optimizer step each;
+    counted in trajectories, never in turns or rows), of sizes as equal as
+    possible. With several learners every minibatch takes trajectories from every
+    learner's shard (so all learners step together), which caps the count at the
+    smallest shard's size. ``shuffle`` permutes each shard per epoch with a
+    generator seeded by ``seed``.
+    """
+    n = sum(len(s) for s in shards)
+    plan = np.zeros((n, num_epochs), dtype=np.int64)
+    if n == 0:
+        return plan
+    steps = math.ceil(n / (minibatch_size or n))
+    steps = max(1, min([steps] + [len(s) for s in shards if len(shards) > 1]))
+    rng = np.random.default_rng(seed)
+    for epoch in range(num_epochs):
+        for shard in shards:
+            order = rng.permutation(len(shard)) if shuffle else np.arange(len(shard))
+            for j, part in enumerate(np.array_split(np.asarray(shard)[order], steps)):
+                plan[part, epoch] = j
+    return plan
+
+
+def microbatch_rows(lengths: list[int], max_tokens: int | None) -> list[list[int]]:
+    """Split rows of the given token lengths into micro-batches  # -> row indices.
+
+    Rows are sorted by length (longest first) and packed greedily while a
+    micro-batch's padded size, rows x its longest row, stays within
+    ``max_tokens``; a row longer than that goes alone. Sorting also makes the
+    rows of a micro-batch similar in length, so little of it is padding.
+    ``max_tokens=None``: one micro-batch holding every row, in order.
+    """
+    if max_tokens is None:
+        return [list(range(len(lengths)))] if lengths else []
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    out: list[list[int]] = []
+    for i in order:
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Tensor]:
+    """The given rows of a [R, ...] batch, with the token axis cut to their longest
+    row (rows are right-padded)."""
+    index = torch.as_tensor(rows, device=batch["input_ids"].device)
+    width = batch["input_ids"].shape[1]
+    keep = int(batch["attention_mask"][index].sum(1).max()) if rows else 0
+    out = {}
+    for key, value in batch.items():
+        value = value[index]
+        if value.dim() >= 2 and value.shape[1] == width:
+            value = value[:, :keep]
+        out[key] = value
+    return out

@@ -1,0 +1,146 @@
+"""The learner's update: response-only log-probabilities, micro-batches that give
+the same step as one pass, and the shards and minibatches of several learners."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ragen_rllib.config import StarPOConfig
+from ragen_rllib.connectors import build_learner_pipeline
+from ragen_rllib.core.batching import (
+    microbatch_rows,
+    minibatch_plan,
+    shard_trajectories,
+    take_rows,
+)
+from ragen_rllib.core.losses import token_logprobs_and_entropy
+from ragen_rllib.env_runner import LLMEnvRunner
+from ragen_rllib.rl_module import LLMRLModule
+
+
+def config(**overrides) -> StarPOConfig:
+    base = {
+        "env": "ragen/FrozenLakeNoSlip-v0",
+        "llm": "builtin",
+        "env_groups": 2,
+        "group_size": 4,
+        "max_turns": 3,
+        "max_new_tokens": 16,
+        "minibatch_size": 8,
+        "filter_keep_ratio": 1.0,
+        "lr": 1e-4,
+        "seed": 0,
+    }
+    return StarPOConfig.from_user_dict({**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trajectories():
+    runner = LLMEnvRunner(config=config(), worker_index=0)
+    trajs = runner.sample()
+    assert len({t.num_turns for t in trajs}) > 1  # rows of different lengths
+    return runner, trajs
+
+
+# ----- pure pieces -------------------------------------------------------------------
+def test_microbatch_rows_respect_the_budget_and_cover_every_row():
+    lengths = [50, 10, 30, 30, 70, 20]
+    assert microbatch_rows(lengths, None) == [[0, 1, 2, 3, 4, 5]]
+    plan = microbatch_rows(lengths, 100)
+    assert sorted(i for mb in plan for i in mb) == list(range(6))
+    for mb in plan:
+        assert len(mb) == 1 or len(mb) * max(lengths[i] for i in mb) <= 100
+    assert plan[0] == [4]  # 70 + a second row of 50 would pad to 140
+    assert microbatch_rows(lengths, 1) == [[4], [0], [2], [3], [5], [1]]
+
+
+def test_take_rows_cuts_the_padding_of_its_rows():
+    batch = {
+        "input_ids": torch.arange(12).reshape(3, 4),
+        "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]]),
+        "row_trajectory": torch.tensor([7, 8, 9]),
+    }
+    part = take_rows(batch, [2, 1])
+    assert part["input_ids"].tolist() == [[8, 9], [4, 5]]
+    assert part["row_trajectory"].tolist() == [9, 8]
+
+
+def test_shards_are_whole_trajectories_balanced_by_tokens():
+    tokens = [100, 900, 300, 300, 500, 100, 400, 200]
+    shards = shard_trajectories(tokens, 2)
+    assert sorted(i for s in shards for i in s) == list(range(8))
+    assert [len(s) for s in shards] == [4, 4]
+    loads = [sum(tokens[i] for i in s) for s in shards]
+    assert abs(loads[0] - loads[1]) <= 200
+    assert shard_trajectories(tokens, 1) == [list(range(8))]
+
+
+def test_minibatch_plan_counts_trajectories_and_steps_every_learner_together():
+    plan = minibatch_plan([list(range(10))], 4, num_epochs=2, shuffle=True, seed=3)
+    assert plan.shape == (10, 2)
+    for e in range(2):
+        sizes = np.bincount(plan[:, e])
+        assert sizes.tolist() in ([4, 3, 3], [3, 4, 3], [3, 3, 4])
+    assert not np.array_equal(plan[:, 0], plan[:, 1])
+    two = minibatch_plan([[0, 2, 4, 6], [1, 3, 5, 7]], 4, num_epochs=1, shuffle=False, seed=0)
+    for j in range(2):  # each minibatch holds two trajectories of each learner
+        members = np.flatnonzero(two[:, 0] == j)
+        assert sorted(m % 2 for m in members) == [0, 0, 1, 1]
+
+
+# ----- the module: the LM head on response positions only ----------------------------
+def test_response_logprobs_equal_the_full_logits_path(trajectories):
+    runner, trajs = trajectories
+    cfg = runner.config
+    module = LLMRLModule(
+        observation_space=None, action_space=None, model_config=cfg.llm_module_config()
+    )
+    batch = build_learner_pipeline(cfg)(
+        rl_module={"default_policy": module}, batch={}, episodes=trajs
+    )["default_policy"]
+    with torch.no_grad():
+        out = module.forward_train(batch)
+        logits = module.actor(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).logits
+        logp, entropy = token_logprobs_and_entropy(logits[:, :-1], batch["input_ids"][:, 1:])
+    mask = batch["response_mask"][:, 1:] > 0
+    assert (out["logp"][:, 1:] - logp)[mask].abs().max() <= 1e-5
+    assert (out["entropy"][:, 1:] - entropy)[mask].abs().max() <= 1e-4
+    assert not out["logp"][:, 1:][~mask].any()  # nothing computed elsewhere
+
+
+# ----- the learner: micro-batches give the same step --------------------------------
+def _one_update(trajs, spaces, **overrides):
+    cfg = config(**overrides)
+    torch.manual_seed(0)  # the value head's initialisation
+    learner = cfg.build_learner(spaces=spaces)
+    learner.build()
+    learner.update(episodes=trajs, minibatch_size=len(trajs), num_epochs=1)
+    module = learner.module["default_policy"]
+    params = {k: v.detach().clone() for k, v in module.named_parameters()}
+    grads = {k: v.grad.detach().clone() for k, v in module.named_parameters() if v.grad is not None}
+    return params, grads
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gae"])
+def test_one_update_in_1_2_or_4_microbatches_gives_the_same_parameters(trajectories, estimator):
+    runner, trajs = trajectories
+    spaces = runner.get_spaces()
+    lengths = sorted((t.num_tokens for t in trajs), reverse=True)
+    # Budgets that cut the 8 rows into 2 and into 4 micro-batches.
+    two, four = 4 * lengths[0], 2 * lengths[0]
+    assert len(microbatch_rows(lengths, two)) == 2 and len(microbatch_rows(lengths, four)) == 4
+    common = {"advantage_estimator": estimator}
+    ref_params, ref_grads = _one_update(trajs, spaces, **common)
+    assert sum(g.abs().sum().item() for g in ref_grads.values()) > 0  # a real step
+    for budget in (two, four):
+        params, grads = _one_update(trajs, spaces, max_tokens_per_microbatch=budget, **common)
+        assert grads.keys() == ref_grads.keys()
+        for k, g in grads.items():
+            scale = ref_grads[k].abs().max().item() + 1e-12
+            assert (g - ref_grads[k]).abs().max().item() <= 1e-4 * scale, k
+        for k, p in params.items():
+            assert (p - ref_params[k]).abs().max().item() <= 1e-6, k
