@@ -48,6 +48,7 @@ from .checkpoint import verify_checkpoint, write_manifest
 from .config import StarPOConfig
 from .connectors import build_sample_pipeline
 from .context import Trajectory
+from .core.batching import minibatch_plan, shard_trajectories
 from .env_loading import import_env_modules
 from .env_runner import seed_stream_base, training_group_seeds
 from .metrics import rollout_metrics
@@ -152,7 +153,7 @@ class StarPO(Algorithm):
         start = time.perf_counter()
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
-                episodes=batch,
+                **self._plan_update(batch),
                 num_epochs=self.config.num_epochs,
                 minibatch_size=self.config.minibatch_size,
                 shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
@@ -165,6 +166,28 @@ class StarPO(Algorithm):
             # reach them before their next one; synchronous: wait until loaded.
             self._push_weights(wait=not self.config.async_rollouts)
         return mid - start, time.perf_counter() - mid
+
+    def _plan_update(self, batch: list[Trajectory]) -> dict[str, Any]:
+        """Cut the batch for the learners: whole trajectories per learner, balanced by
+        tokens, and every epoch's minibatches (counted in trajectories) drawn from all
+        shards, so that every learner steps the same number of times. One learner
+        gets the trajectories themselves; several get one object-store reference
+        each, which RLlib hands out one per learner."""
+        cfg = self.config
+        learners = max(1, cfg.num_learners)
+        shards = shard_trajectories([t.num_tokens for t in batch], learners)
+        plan = minibatch_plan(
+            shards,
+            cfg.minibatch_size,
+            cfg.num_epochs,
+            cfg.shuffle_batch_per_epoch,
+            seed=int(cfg.seed or 0) * 1_000_003 + self._policy_version,
+        )
+        for t, ids in zip(batch, plan, strict=True):
+            t.minibatch_ids = tuple(int(i) for i in ids)
+        if learners == 1:
+            return {"episodes": batch}
+        return {"episodes_refs": [ray.put([batch[i] for i in shard]) for shard in shards]}
 
     # ----- sampling: the runners' shares ---------------------------------------------
     def _runner_ids(self) -> list[int]:

@@ -236,6 +236,9 @@ class Trajectory:
     #: Critic-free estimators (GRPO, GiGPO): one advantage per turn, set by the sample
     #: stage from the whole group; GRPO gives every turn the same value.
     turn_advantages: list[float] = field(default_factory=list)
+    #: The update's plan, set by the algorithm: the minibatch this trajectory is in,
+    #: per epoch (see ragen_rllib.core.batching.minibatch_plan).
+    minibatch_ids: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         # RLlib counts "env steps" with len(episode); a turn is one env step.
