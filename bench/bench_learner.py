@@ -1,0 +1,117 @@
+"""Learner tokens/s on a multi-turn batch: length-sorted micro-batches vs one padded pass.
+
+One batch of FrozenLake trajectories (P=8 x N=16, up to 5 turns, built-in model)
+is sampled once; then the same learner update (GRPO, minibatches of 32
+trajectories) runs with each setting, alternating, in one process, and the best
+of ``--repeats`` is kept:
+
+- ``padded``: each minibatch in one forward/backward pass, every row padded to
+  the minibatch's longest (the path before micro-batches);
+- ``sorted``: micro-batches of at most ``--micro-tokens`` padded tokens, rows of
+  similar length together, so that little of the compute is padding.
+
+    python bench/bench_learner.py
+    python bench/bench_learner.py --micro-tokens 2048 --threads 2
+
+Tokens/s counts real (unpadded) tokens; the padding share of each setting is
+printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="ragen/FrozenLake-v0")
+    parser.add_argument("--groups", type=int, default=8)
+    parser.add_argument("--group-size", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--minibatch-size", type=int, default=32)
+    parser.add_argument("--micro-tokens", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from ragen_rllib.config import StarPOConfig
+    from ragen_rllib.core.batching import microbatch_rows
+    from ragen_rllib.env_runner import LLMEnvRunner
+
+    def config(micro):
+        return StarPOConfig.from_user_dict(
+            {
+                "env": args.env,
+                "env_groups": args.groups,
+                "group_size": args.group_size,
+                "max_turns": args.turns,
+                "max_new_tokens": 32,
+                "minibatch_size": args.minibatch_size,
+                "filter_keep_ratio": 1.0,
+                "advantage_estimator": "grpo",
+                "max_tokens_per_microbatch": micro,
+                "seed": 0,
+            }
+        )
+
+    runner = LLMEnvRunner(config=config(None), worker_index=0)
+    trajs = runner.sample()
+    spaces = runner.get_spaces()
+    lengths = [t.num_tokens for t in trajs]
+    real = sum(lengths)
+
+    def padded_tokens(micro):
+        total = 0
+        for start in range(0, len(lengths), args.minibatch_size):
+            part = lengths[start : start + args.minibatch_size]
+            for rows in microbatch_rows(part, micro):
+                total += len(rows) * max(part[i] for i in rows)
+        return total
+
+    learners = {}
+    for name, micro in (("padded", None), ("sorted", args.micro_tokens)):
+        torch.manual_seed(0)
+        learner = config(micro).build_learner(spaces=spaces)
+        learner.build()
+        learners[name] = (learner, micro)
+    best: dict[str, float] = {}
+    for _ in range(args.repeats):
+        for name, (learner, _) in learners.items():
+            start = time.perf_counter()
+            learner.update(episodes=trajs, minibatch_size=args.minibatch_size, num_epochs=1)
+            seconds = time.perf_counter() - start
+            best[name] = min(best.get(name, seconds), seconds)
+    rows = {
+        name: {
+            "update_s": round(best[name], 2),
+            "tokens_per_s": round(real / best[name]),
+            "padding_share": round(1 - real / padded_tokens(micro), 3),
+        }
+        for name, (_, micro) in learners.items()
+    }
+    print(
+        json.dumps(
+            {
+                "env": args.env,
+                "trajectories": len(trajs),
+                "turns_mean": round(sum(t.num_turns for t in trajs) / len(trajs), 2),
+                "real_tokens": real,
+                "threads": args.threads,
+                "micro_tokens": args.micro_tokens,
+                "settings": rows,
+                "speedup": round(best["padded"] / best["sorted"], 2),
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
