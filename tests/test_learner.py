@@ -144,3 +144,35 @@ def test_one_update_in_1_2_or_4_microbatches_gives_the_same_parameters(trajector
             assert (g - ref_grads[k]).abs().max().item() <= 1e-4 * scale, k
         for k, p in params.items():
             assert (p - ref_params[k]).abs().max().item() <= 1e-6, k
+
+
+def test_shared_prompts_give_the_plain_paths_logprobs_and_gradients(trajectories):
+    """Rows of a group encode their shared prompt once: same log-probabilities
+    (<= 1e-5) and the same gradients as encoding every row in full."""
+    from ragen_rllib.rl_module import _shared_prefix_hidden, response_logprobs, scored_positions
+
+    runner, trajs = trajectories
+    cfg = runner.config
+    module = LLMRLModule(
+        observation_space=None, action_space=None, model_config=cfg.llm_module_config()
+    )
+    batch = build_learner_pipeline(cfg)(
+        rl_module={"default_policy": module}, batch={}, episodes=trajs
+    )["default_policy"]
+    chosen = scored_positions(batch)
+    assert _shared_prefix_hidden(
+        module.actor.base_model, batch["input_ids"], batch["attention_mask"], chosen
+    ) is not None  # the path is taken: 2 groups of 4 rows share their first prompt
+    outs, grads = [], []
+    for share in (True, False):
+        module.actor.zero_grad()
+        out = response_logprobs(module.actor, batch, 1.0, share_prompts=share)
+        mask = batch["response_mask"]
+        ((out["logp"] * mask).sum() + (out["entropy"] * mask).sum()).backward()
+        outs.append(out)
+        grads.append({k: p.grad.clone() for k, p in module.actor.named_parameters()})
+    mask = batch["response_mask"] > 0
+    for key in ("logp", "entropy"):
+        assert (outs[0][key] - outs[1][key])[mask].abs().max() <= 1e-5, key
+    for k, g in grads[0].items():
+        assert (g - grads[1][k]).abs().max() <= 1e-4 * (grads[1][k].abs().max() + 1e-12), k
