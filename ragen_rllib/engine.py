@@ -92,8 +92,9 @@ class _BufferLayer(DynamicLayer):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
         b, h, _, d = key_states.shape
-        self._keys = key_states.new_zeros((b, h, self.capacity, d))
-        self._values = value_states.new_zeros((b, h, self.capacity, value_states.shape[-1]))
+        # Uninitialised: attention reads only the positions written so far.
+        self._keys = key_states.new_empty((b, h, self.capacity, d))
+        self._values = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -110,9 +111,18 @@ class _BufferLayer(DynamicLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized:
-            self._keys, self._values = self._keys[indices], self._values[indices]
+            # Copy the filled positions only; the rest of the buffer is still free.
+            keys = self._keys.new_empty((len(indices), *self._keys.shape[1:]))
+            values = self._values.new_empty((len(indices), *self._values.shape[1:]))
+            keys[:, :, : self.length] = self._keys[indices, :, : self.length]
+            values[:, :, : self.length] = self._values[indices, :, : self.length]
+            self._keys, self._values = keys, values
             self.keys = self._keys[:, :, : self.length]
             self.values = self._values[:, :, : self.length]
+
+
+#: Rows whose answers have ended leave the decode batch once they are this share of it.
+COMPACT_SHARE = 0.25
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -123,8 +133,17 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator):
-    """Pick one token per row of ``logits  # [B, V]``; return (token [B], logp [B])."""
+def _sample(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    gen: torch.Generator,
+    uniforms: torch.Tensor | None = None,
+):
+    """Pick one token per row of ``logits  # [B, V]``; return (token [B], logp [B]).
+
+    ``uniforms  # [B, 1]`` are the rows' random draws in [0, 1) (default: drawn
+    from ``gen``); the engine draws them for every row of its batch, so that a
+    row's sample does not depend on which other rows are still decoding."""
     if params.temperature == 0:
         logp_all = torch.log_softmax(logits.float(), dim=-1)
         token = logp_all.argmax(dim=-1)
@@ -140,7 +159,10 @@ def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator):
     # Inverse CDF: one uniform draw per row (multinomial draws far more randomness
     # and costs several times as much). Zeroed entries can never be chosen.
     cdf = probs.cumsum(-1)
-    u = torch.rand((probs.shape[0], 1), generator=gen, device=probs.device, dtype=cdf.dtype)
+    u = uniforms
+    if u is None:
+        u = torch.rand((probs.shape[0], 1), generator=gen, device=probs.device)
+    u = u.to(cdf.dtype)
     token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
     token = torch.minimum(token, (probs > 0).cumsum(-1).argmax(-1))  # guard the top edge
     return token, logp_all.gather(-1, token[:, None]).squeeze(-1)
@@ -313,20 +335,37 @@ class HFEngine:
         next_pos = positions[:, -1:] + 1
         ids = [[] for _ in range(n)]
         logps = [[] for _ in range(n)]
-        finished = torch.zeros(n, dtype=torch.bool, device=self.device)
+        # The batch shrinks as answers end: `live` maps its rows to the prompts'. An
+        # ended row is fed padding until COMPACT_SHARE of the batch has ended, and
+        # then they all leave it at once (each removal copies the whole cache).
+        live = torch.arange(n, device=self.device)
+        ended = torch.zeros(n, dtype=torch.bool, device=self.device)
         for _ in range(params.max_new_tokens):
-            token, logp = _sample(logits, params, gen)
-            token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
+            uniforms = None
+            if params.temperature > 0:  # one draw per prompt, used or not
+                uniforms = torch.rand((n, 1), generator=gen, device=self.device)
+                uniforms = uniforms if len(live) == n else uniforms[live]
+            token, logp = _sample(logits, params, gen, uniforms)
+            token = torch.where(ended, torch.full_like(token, self.pad_token_id), token)
             # One device-to-host copy per step, not one per row.
-            token_list, logp_list = token.tolist(), logp.tolist()
-            for i in torch.nonzero(~finished).flatten().tolist():
-                ids[i].append(token_list[i])
-                logps[i].append(logp_list[i])
-            finished |= token == self.eos_token_id
-            if bool(finished.all()):
+            token_list, logp_list, live_list = token.tolist(), logp.tolist(), live.tolist()
+            for j in torch.nonzero(~ended).flatten().tolist():
+                ids[live_list[j]].append(token_list[j])
+                logps[live_list[j]].append(logp_list[j])
+            ended |= token == self.eos_token_id
+            if bool(ended.all()):
                 break
+            if int(ended.sum()) >= COMPACT_SHARE * len(live):
+                # Keep the ended rows' keys and values while they are still cached.
+                out, going = torch.nonzero(ended).flatten(), torch.nonzero(~ended).flatten()
+                if keys is not None:
+                    self._keep(prompts, keys, ids, cache, prefill_mask, live, out)
+                cache.batch_select_indices(going)
+                live, token, attention = live[going], token[going], attention[going]
+                next_pos, prefill_mask, ended = next_pos[going], prefill_mask[going], ended[going]
             attention = torch.cat(
-                [attention, torch.ones((n, 1), dtype=attention.dtype, device=self.device)], 1
+                [attention, torch.ones((len(live), 1), dtype=attention.dtype, device=self.device)],
+                1,
             )
             result = self.model(
                 input_ids=token[:, None],
@@ -338,26 +377,29 @@ class HFEngine:
             cache, logits = result.past_key_values, result.logits[:, -1]
             next_pos = next_pos + 1
         if keys is not None:
-            self._keep(prompts, keys, ids, cache, prefill_mask)
+            everyone = torch.arange(len(live), device=self.device)
+            self._keep(prompts, keys, ids, cache, prefill_mask, live, everyone)
         return [
             Generation(ids[i], logps[i], bool(ids[i]) and ids[i][-1] == self.eos_token_id)
             for i in range(n)
         ]
 
-    def _keep(self, prompts, keys, ids, cache, prefill_mask) -> None:
-        """Store each row's prompt and answer (all but its last token, which was never
-        fed through the model) with their keys and values."""
+    def _keep(self, prompts, keys, ids, cache, prefill_mask, live, rows) -> None:
+        """Store the prompt and answer (all but its last token, which was never fed
+        through the model) of the batch rows ``rows``, with their keys and values.
+        ``live[j]`` is the prompt that batch row j answers."""
         width = prefill_mask.shape[1]
-        for i, key in enumerate(keys):
+        for j in rows.tolist():
+            i = int(live[j])
             fed = len(ids[i]) - 1  # decode steps that fed this row's sampled tokens
             index = torch.cat(
                 [
-                    torch.nonzero(prefill_mask[i]).flatten(),
+                    torch.nonzero(prefill_mask[j]).flatten(),
                     torch.arange(width, width + fed, device=self.device),
                 ]
             )
             kv = [
-                (layer.keys[i].index_select(1, index), layer.values[i].index_select(1, index))
+                (layer.keys[j].index_select(1, index), layer.values[j].index_select(1, index))
                 for layer in cache.layers
             ]
-            self._prefixes[key] = _Prefix(list(prompts[i]) + ids[i][:fed], kv)
+            self._prefixes[keys[i]] = _Prefix(list(prompts[i]) + ids[i][:fed], kv)

@@ -286,6 +286,44 @@ def test_prefix_cache_gives_the_logprobs_of_a_full_encode(runner):
         assert max(abs(a - b) for a, b in zip(c.logprobs, p.logprobs, strict=True)) <= 1e-5
 
 
+def test_ended_rows_leave_the_batch_without_changing_any_answer(runner, monkeypatch):
+    """Rows whose answers ended are dropped from the decode batch (in bulk): every
+    row's tokens and log-probabilities are those of a batch that keeps all rows to
+    the end, and the prefix cache built along the way serves the next turn."""
+    from ragen_rllib import engine as engine_module
+    from ragen_rllib.builtin_model import resolve_model
+    from ragen_rllib.engine import HFEngine, SamplingParams
+
+    tok = runner.tokenizer
+    # The pretrained model: its answers end (with eos) after different lengths.
+    engine = HFEngine(
+        resolve_model("builtin"), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    texts = ["G _ P", "P _ _ O G", "_ _ P", "O P _", "P G", "_ O _ P G"] * 4
+    prompts = [runner.chat.prompt_ids(t) for t in texts]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=24)
+    keys = list(range(len(prompts)))
+    extra = tok.encode("O", add_special_tokens=False)
+
+    def two_turns():
+        engine.clear_cache()
+        first = engine.generate(prompts, params, seed=5, cache_keys=keys)
+        nxt = [p + g.ids + extra for p, g in zip(prompts, first, strict=True)]
+        second = engine.generate(nxt, params, seed=6, cache_keys=keys)
+        engine.clear_cache()
+        return first, second
+
+    compacted = two_turns()
+    monkeypatch.setattr(engine_module, "COMPACT_SHARE", 2.0)  # never
+    kept = two_turns()
+    lengths = {len(g.ids) for g in compacted[0]}
+    assert len(lengths) > 2 and sum(g.ended_with_eos for g in compacted[0]) > 6  # ends differ
+    for turn_a, turn_b in zip(compacted, kept, strict=True):
+        for a, b in zip(turn_a, turn_b, strict=True):
+            assert a.ids == b.ids and a.ended_with_eos == b.ended_with_eos
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) <= 1e-5
+
+
 def test_sampling_draws_tokens_with_their_probabilities():
     """The engine's sampler (one uniform draw per row, inverse CDF) matches the
     distribution it is given, top-p truncation included, and never picks a token
