@@ -116,6 +116,10 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # (null: the whole minibatch in one pass). Memory grows with it, not with
     # minibatch_size; the update is the same at any value.
     "max_tokens_per_microbatch": None,
+    # How num_learners >= 2 learners share the model: "ddp" (each a full replica) or
+    # "fsdp" (FSDP2: each holds a shard of every parameter, gradient and optimizer
+    # state; gathered layer by layer as needed).
+    "learner_strategy": "ddp",
     # Recompute the transformer's activations in the backward pass instead of keeping
     # them (less memory, about a third more compute).
     "gradient_checkpointing": False,
@@ -197,6 +201,7 @@ _CHOICES = {
     "model_dtype": DTYPES,
     "rollout_device": ROLLOUT_DEVICES,
     "kl_estimator": ("k1", "k2", "k3", "abs"),
+    "learner_strategy": ("ddp", "fsdp"),
     "grad_clip_by": ("value", "norm", "global_norm"),
 }
 _UNIT = "in [0, 1]"
@@ -367,6 +372,12 @@ class StarPOConfig(AlgorithmConfig):
 
         return StarPOTorchLearner
 
+    def build_learner_group(self, **kwargs):
+        """RLlib's, with a LearnerGroup that gathers FSDP learners' state from all of them."""
+        from .fsdp import build_learner_group
+
+        return build_learner_group(self, **kwargs)
+
     def build_learner_connector(self, input_observation_space, input_action_space, device=None):
         from .connectors import build_learner_pipeline
 
@@ -506,6 +517,19 @@ class StarPOConfig(AlgorithmConfig):
                 f"{self.group_size} = {kept * self.group_size}); lower it or raise "
                 "env_groups / filter_keep_ratio",
             )
+        if self.learner_strategy == "fsdp":
+            if self.num_learners < 2:
+                raise bad(
+                    "learner_strategy",
+                    "'fsdp' shards the model over several learners: set num_learners >= 2 "
+                    "(or use 'ddp')",
+                )
+            if self.grad_clip is not None and self.grad_clip_by != "global_norm":
+                raise bad(
+                    "grad_clip_by",
+                    "with learner_strategy 'fsdp' gradients are clipped by their global "
+                    "norm only: use 'global_norm' (or grad_clip null)",
+                )
         if self.num_learners > 1 and self.minibatch_size < self.num_learners:
             raise bad(
                 "minibatch_size",

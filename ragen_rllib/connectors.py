@@ -297,15 +297,22 @@ class ComputeAdvantages(ConnectorV2):
 def critic_values(module, input_ids, attention_mask, device, max_tokens) -> torch.Tensor:
     """The critic's values for a [R, T] batch, in micro-batches of at most
     ``max_tokens`` padded tokens (None: one pass)  # -> [R, T] fp32 on the CPU."""
-    from .core.batching import microbatch_rows, take_rows
+    from .core.batching import fill_plan, microbatch_rows, take_rows
+    from .fsdp import agreed_count, is_sharded
 
     ids, attn = torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
     out = torch.zeros(ids.shape, dtype=torch.float32)
+    plan = microbatch_rows(attn.sum(1).tolist(), max_tokens)
+    if any(is_sharded(p) for p in module.parameters()):
+        # FSDP: each forward gathers the critic's layers from all learners, which must
+        # therefore run as many passes as the learner with the most.
+        plan = fill_plan(plan, agreed_count(len(plan)))
     with torch.no_grad():
-        for rows in microbatch_rows(attn.sum(1).tolist(), max_tokens):
-            part = take_rows({"input_ids": ids, "attention_mask": attn}, rows)
+        for rows in plan:
+            part = take_rows({"input_ids": ids, "attention_mask": attn}, rows or [0])
             values = module.compute_values({k: v.to(device) for k, v in part.items()})
-            out[torch.as_tensor(rows), : values.shape[1]] = values.float().cpu()
+            if rows:
+                out[torch.as_tensor(rows), : values.shape[1]] = values.float().cpu()
     return out
 
 

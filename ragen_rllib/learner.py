@@ -21,7 +21,7 @@ import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from .core.batching import microbatch_rows, take_rows
+from .core.batching import blank_rows, fill_plan, microbatch_rows, take_rows
 from .core.losses import aggregate_loss, kl_penalty, policy_loss, value_loss
 from .rl_module import response_logprobs
 
@@ -130,6 +130,95 @@ class StarPOTorchLearner(TorchLearner):
             ).to(self._device)
             self._reference.eval().requires_grad_(False)
 
+    # ----- FSDP ----------------------------------------------------------------------
+    @property
+    def _fsdp(self) -> bool:
+        return self.config.learner_strategy == "fsdp" and self.config.num_learners > 1
+
+    def _make_module(self):
+        """The module, sharded with FSDP2 under ``learner_strategy: fsdp`` (before the
+        optimizers are made, so that they hold the shards)."""
+        module = super()._make_module()
+        if self._fsdp:
+            from .fsdp import shard_module
+
+            bf16 = self.config.model_dtype == "bfloat16"
+            for mid in module.keys():
+                shard_module(module[mid], param_dtype=torch.bfloat16 if bf16 else None)
+        return module
+
+    def _make_modules_ddp_if_necessary(self) -> None:
+        if not self._fsdp:
+            super()._make_modules_ddp_if_necessary()
+
+    def _sharded_units(self) -> list[torch.nn.Module]:
+        if not self._fsdp:
+            return []
+        from .fsdp import sharded_units
+
+        return [u for mid in self.module.keys() for u in sharded_units(self.module[mid])]
+
+    def postprocess_gradients_for_module(self, *, module_id, config=None, module_gradients_dict):
+        """FSDP: clip each optimizer's sharded gradients by their global norm (RLlib's
+        clipping takes norms tensor by tensor, which a shard does not have)."""
+        if not self._fsdp:
+            return super().postprocess_gradients_for_module(
+                module_id=module_id, config=config, module_gradients_dict=module_gradients_dict
+            )
+        from .fsdp import full
+
+        config = config or self.config.get_config_for_module(module_id)
+        for name, optimizer in self.get_optimizers_for_module(module_id):
+            grads = self.filter_param_dict_for_optimizer(module_gradients_dict, optimizer)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            if config.grad_clip and grads:
+                norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+                self.metrics.log_value(
+                    (module_id, f"gradients_{name}_global_norm"), full(norm).item(), window=1
+                )
+        return module_gradients_dict
+
+    def _get_optimizer_state(self):
+        """FSDP: the optimizers' full state (gathered; every learner calls this)."""
+        if not self._fsdp:
+            return super()._get_optimizer_state()
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return {
+            name: {
+                "module_id": self._optimizer_name_to_module[name],
+                "fsdp_state": get_optimizer_state_dict(
+                    self.module[self._optimizer_name_to_module[name]], optim, options=options
+                ),
+            }
+            for name, optim in self._named_optimizers.items()
+        }
+
+    def _set_optimizer_state(self, state) -> None:
+        if not self._fsdp:
+            return super()._set_optimizer_state(state)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        for name, entry in state.items():
+            if "fsdp_state" not in entry:
+                raise ValueError(
+                    f"optimizer {name!r}: the checkpoint was not written by FSDP learners; "
+                    "restore it with the learner_strategy it was written with"
+                )
+            set_optimizer_state_dict(
+                self.module[entry["module_id"]],
+                self._named_optimizers[name],
+                optim_state_dict=entry["fsdp_state"],
+                options=StateDictOptions(full_state_dict=True),
+            )
+
     def _create_iterator_if_necessary(
         self,
         *,
@@ -168,6 +257,11 @@ class StarPOTorchLearner(TorchLearner):
             plans[mid] = microbatch_rows(lengths, self.config.max_tokens_per_microbatch)
             self._set_denominators(mid, module_batch)
         steps = max((len(p) for p in plans.values()), default=0)
+        if self._fsdp:  # every forward is a collective: all learners run the same count
+            from .fsdp import agreed_count
+
+            steps = agreed_count(steps)
+            plans = {mid: fill_plan(plan, steps) for mid, plan in plans.items()}
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         self._loss_finite = True
@@ -176,10 +270,12 @@ class StarPOTorchLearner(TorchLearner):
         fwd_out: dict[str, Any] = {}
         for step in range(steps):
             micro = {
-                mid: take_rows(batch[mid], plan[step])
+                mid: take_rows(batch[mid], plan[step]) if plan[step] else blank_rows(batch[mid])
                 for mid, plan in plans.items()
                 if step < len(plan)
             }
+            for unit in self._sharded_units():  # FSDP: reduce-scatter on the last only
+                unit.set_requires_gradient_sync(step == steps - 1)
             with contextlib.ExitStack() as stack:
                 if ddp and step < steps - 1:  # only the last backward all-reduces
                     for mod in self.module.values():
@@ -250,8 +346,10 @@ class StarPOTorchLearner(TorchLearner):
 
     def apply_gradients(self, gradients_dict) -> None:
         """Skip the optimizer step when the loss or the gradient norm is not finite."""
+        from .fsdp import full
+
         grads = [g for g in gradients_dict.values() if g is not None]
-        norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+        norms = torch.stack([full(torch.linalg.vector_norm(g.float())) for g in grads])
         norm = torch.linalg.vector_norm(norms)  # the global norm: inf or NaN if any part is
         finite = self._loss_finite and bool(torch.isfinite(norm))
         for module_id in self.module.keys():

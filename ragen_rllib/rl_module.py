@@ -92,6 +92,9 @@ def _checkpointing(model: nn.Module) -> bool:
     return False
 
 
+#: The same, as a method of the actor (FSDP registers it as a forward method).
+score_responses = response_logprobs
+
 #: Share prompts only when that saves at least this share of the batch's tokens.
 MIN_SHARED_SAVING = 0.2
 
@@ -207,7 +210,14 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         return {"logits": out.logits}
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
-        out = response_logprobs(self.actor, batch, self.temperature, self._autocast)
+        if hasattr(self.actor, "score_responses"):  # FSDP: inside the root unit's hooks
+            # Shared prompts would run each layer twice per forward, which FSDP's
+            # per-layer gradient reduction does not expect: rows are encoded in full.
+            out = self.actor.score_responses(
+                batch, self.temperature, self._autocast, share_prompts=False
+            )
+        else:
+            out = response_logprobs(self.actor, batch, self.temperature, self._autocast)
         if self.has_critic:
             out["values"] = self.compute_values(batch)
         return out
@@ -227,21 +237,39 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
 
         A tied LM head is left out: it is the embedding matrix, which the engine
         already receives (for a 150k-token vocabulary, a fifth of a 0.5B model)."""
+        from .fsdp import full
+
         n = len(ACTOR_PREFIX)
         tied = bool(getattr(self.actor.config, "tie_word_embeddings", False))
         return {
-            k[n:]: v.detach().cpu()
+            k[n:]: full(v).detach().cpu()  # FSDP: gathered by every learner together
             for k, v in self.state_dict().items()
             if k.startswith(ACTOR_PREFIX) and not (tied and k[n:] == "lm_head.weight")
         }
 
     def get_state(self, components=None, *, not_components=None, inference_only=False, **kwargs):
+        from .fsdp import full
+
         if inference_only:
             return {ACTOR_PREFIX + k: v for k, v in self.actor_weights().items()}
-        return {k: v.detach().cpu() for k, v in self.state_dict().items()}
+        return {k: full(v).detach().cpu() for k, v in self.state_dict().items()}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        from .fsdp import is_sharded
+
         tensors = {k: torch.as_tensor(v) for k, v in state.items()}
-        missing, unexpected = self.load_state_dict(tensors, strict=False)
+        unexpected = sorted(set(tensors) - set(self.state_dict()))
         if unexpected:
             raise ValueError(f"state has keys this module lacks: {unexpected[:5]}")
+        if any(is_sharded(p) for p in self.parameters()):
+            # FSDP: every learner gets the full state and keeps its shard of it.
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+            )
+
+            set_model_state_dict(
+                self, tensors, options=StateDictOptions(full_state_dict=True, strict=False)
+            )
+            return
+        self.load_state_dict(tensors, strict=False)

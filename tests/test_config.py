@@ -222,6 +222,12 @@ def test_gpu_example_on_a_machine_without_gpu_fails_before_ray(tmp_path):
         ),
         ({"max_num_env_runner_restarts": -2}, ["max_num_env_runner_restarts=-2", ">= 0"]),
         ({"num_learners": 1.0}, ["num_learners=1.0", "integer"]),
+        ({"learner_strategy": "zero3"}, ["learner_strategy='zero3'", "'ddp'", "'fsdp'"]),
+        ({"learner_strategy": "fsdp"}, ["learner_strategy='fsdp'", "num_learners >= 2"]),
+        (
+            {"learner_strategy": "fsdp", "num_learners": 2, "grad_clip_by": "value"},
+            ["grad_clip_by='value'", "'global_norm'"],
+        ),
         ({"num_gpus_per_learner": float("nan")}, ["num_gpus_per_learner=nan", ">= 0"]),
         ({"num_gpus_per_env_runner": True}, ["num_gpus_per_env_runner=True", ">= 0"]),
         ({"num_cpus_per_env_runner": "1"}, ["num_cpus_per_env_runner='1'", ">= 0"]),

@@ -10,6 +10,8 @@ import torch
 from ragen_rllib.config import StarPOConfig
 from ragen_rllib.connectors import build_learner_pipeline
 from ragen_rllib.core.batching import (
+    blank_rows,
+    fill_plan,
     microbatch_rows,
     minibatch_plan,
     shard_trajectories,
@@ -54,6 +56,26 @@ def test_microbatch_rows_respect_the_budget_and_cover_every_row():
         assert len(mb) == 1 or len(mb) * max(lengths[i] for i in mb) <= 100
     assert plan[0] == [4]  # 70 + a second row of 50 would pad to 140
     assert microbatch_rows(lengths, 1) == [[4], [0], [2], [3], [5], [1]]
+
+
+def test_fill_plan_reaches_the_agreed_count_of_micro_batches():
+    """Sharded learners must run equally many passes: a shorter plan is stretched by
+    halving its largest micro-batches, then by blank passes."""
+    plan = [[4], [0, 2, 3, 5], [1]]
+    out = fill_plan(plan, 5)
+    assert len(out) == 5
+    assert sorted(i for mb in out for i in mb) == list(range(6))  # every row once
+    assert out == [[4], [0], [2], [3, 5], [1]]
+    out = fill_plan([[0, 1], [2]], 5)
+    assert out == [[0], [1], [2], [], []]
+    assert fill_plan(plan, 2) == plan  # never shortened
+    batch = {
+        "input_ids": torch.arange(8).reshape(2, 4),
+        "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]),
+        "response_mask": torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1]]),
+    }
+    blank = blank_rows(batch)
+    assert blank["input_ids"].tolist() == [[0, 1, 2]] and blank["response_mask"].sum() == 0
 
 
 def test_take_rows_cuts_the_padding_of_its_rows():

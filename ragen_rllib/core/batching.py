@@ -83,6 +83,26 @@ def microbatch_rows(lengths: list[int], max_tokens: int | None) -> list[list[int
     return out
 
 
+def fill_plan(plan: list[list[int]], count: int) -> list[list[int]]:
+    """A micro-batch plan stretched to exactly ``count`` micro-batches  # -> row lists.
+
+    Sharded learners (FSDP) gather every layer's parameters in every forward pass,
+    a collective call, so all of them must run the same number of micro-batches.
+    The micro-batch with the most rows is halved until the plan has ``count``
+    entries; when every entry is a single row, empty entries (``[]``, a pass that
+    contributes nothing) make up the rest. A plan that is already that long or
+    longer is returned as it is."""
+    out = [list(rows) for rows in plan]
+    while len(out) < count:
+        j = max(range(len(out)), key=lambda k: len(out[k]), default=None)
+        if j is None or len(out[j]) < 2:
+            out.extend([] for _ in range(count - len(out)))
+            break
+        half = len(out[j]) // 2
+        out[j : j + 1] = [out[j][:half], out[j][half:]]
+    return out
+
+
 def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Tensor]:
     """The given rows of a [R, ...] batch, with the token axis cut to their longest
     row (rows are right-padded)."""
@@ -95,4 +115,12 @@ def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torc
         if value.dim() >= 2 and value.shape[1] == width:
             value = value[:, :keep]
         out[key] = value
+    return out
+
+
+def blank_rows(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One row of ``batch`` with no response token: a micro-batch that runs the model
+    (and any collective calls in it) and adds nothing to the loss or gradients."""
+    out = take_rows(batch, [0])
+    out["response_mask"] = torch.zeros_like(out["response_mask"])
     return out
