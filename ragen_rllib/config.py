@@ -123,6 +123,10 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # Recompute the transformer's activations in the backward pass instead of keeping
     # them (less memory, about a third more compute).
     "gradient_checkpointing": False,
+    # The rows of a micro-batch are laid end to end in one sequence (positions restart
+    # per row, attention stays within each), so no compute goes to padding. Rows that
+    # share their prompt are encoded the shared way instead, when that saves more.
+    "pack_sequences": True,
     # --- actors and asynchrony --------------------------------------------------------
     # With num_env_runners = N >= 1 the N remote runners split the env_groups (P stays
     # the total). async_rollouts: the runners sample batch i+1 while the learner
@@ -277,6 +281,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "whiten_advantages": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "async_rollouts": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "gradient_checkpointing": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "pack_sequences": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "max_tokens_per_microbatch": (
         lambda v: v is None or (is_int(v) and 1 <= v < _INT_LIMIT),
         "must be null (the whole minibatch in one pass) or an integer >= 1 and < 2**31",
@@ -397,6 +402,7 @@ class StarPOConfig(AlgorithmConfig):
             "critic": self.uses_critic,
             "temperature": self.temperature,
             "gradient_checkpointing": self.gradient_checkpointing,
+            "pack_sequences": self.pack_sequences,
         }
 
     @classmethod

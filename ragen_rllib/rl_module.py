@@ -28,7 +28,9 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 
+from . import packing
 from .core.losses import selected_logprobs_and_entropy
+from .packing import Packed, packed_hidden
 
 ACTOR_PREFIX = "actor."
 
@@ -66,6 +68,11 @@ def response_logprobs(
         hidden = None
         if share_prompts and not _checkpointing(model):
             hidden = _shared_prefix_hidden(model, input_ids, batch["attention_mask"], chosen)
+        if hidden is None and packs(model):
+            packed = Packed.from_rows(input_ids, batch["attention_mask"])
+            flat = packed_hidden(model.base_model, packed)[0]  # [sum of lengths, H]
+            index = F.pad(packed.index, (0, input_ids.shape[1] - packed.index.shape[1]))
+            hidden = flat[index[:, :-1][chosen]]  # [N, H], row-major like the padded path
         if hidden is None:
             hidden = model.base_model(
                 input_ids=input_ids, attention_mask=batch["attention_mask"]
@@ -82,6 +89,11 @@ def response_logprobs(
         "logp": zeros.masked_scatter(F.pad(chosen, (1, 0)), logp),
         "entropy": zeros.masked_scatter(F.pad(chosen, (1, 0)), entropy),
     }
+
+
+def packs(model: nn.Module) -> bool:
+    """Whether the model runs packed rows (its attention is :mod:`ragen_rllib.packing`'s)."""
+    return getattr(model.config, "_attn_implementation", None) == packing.IMPLEMENTATION
 
 
 def _checkpointing(model: nn.Module) -> bool:
@@ -182,6 +194,10 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             self.value_head = nn.Linear(hidden, 1)
             nn.init.normal_(self.value_head.weight, std=1.0 / (hidden + 1))
             nn.init.zeros_(self.value_head.bias)
+        if cfg.get("pack_sequences", True) and not self.inference_only:
+            for net in (self.actor, getattr(self, "critic", None)):
+                if net is not None:
+                    packing.enable(net)
         if cfg.get("gradient_checkpointing") and not self.inference_only:
             for net in (self.actor, getattr(self, "critic", None)):
                 if net is not None:
@@ -225,9 +241,15 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """V(state before token t) for every position t  # [B, T] (0 at t=0)."""
         with self._autocast():
-            hidden = self.critic(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-            ).last_hidden_state  # [B, T, H]
+            if packs(self.critic):
+                packed = Packed.from_rows(batch["input_ids"], batch["attention_mask"])
+                hidden = packed.unpack(
+                    packed_hidden(self.critic, packed), batch["input_ids"].shape[1]
+                )  # [B, T, H], 0 on padding
+            else:
+                hidden = self.critic(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                ).last_hidden_state  # [B, T, H]
             values = self.value_head(hidden[:, :-1]).squeeze(-1).float()  # [B, T-1]
         return torch.cat([values.new_zeros((values.shape[0], 1)), values], 1)
 

@@ -198,3 +198,45 @@ def test_shared_prompts_give_the_plain_paths_logprobs_and_gradients(trajectories
         assert (outs[0][key] - outs[1][key])[mask].abs().max() <= 1e-5, key
     for k, g in grads[0].items():
         assert (g - grads[1][k]).abs().max() <= 1e-4 * (grads[1][k].abs().max() + 1e-12), k
+
+
+def test_packed_rows_give_the_padded_paths_logprobs_values_and_gradients(trajectories):
+    """A micro-batch packed into one sequence (positions restarting per row, attention
+    within each row) gives the padded batch's log-probabilities, entropies and
+    critic values (<= 1e-5) and the same gradients."""
+    from ragen_rllib.rl_module import packs, response_logprobs
+
+    runner, trajs = trajectories
+    cfg = runner.config.copy(copy_frozen=False)
+    cfg.advantage_estimator = "gae"  # a critic too
+    modules = {}
+    for pack in (True, False):
+        model_config = {**cfg.llm_module_config(), "pack_sequences": pack}
+        modules[pack] = LLMRLModule(
+            observation_space=None, action_space=None, model_config=model_config
+        )
+    modules[True].load_state_dict(modules[False].state_dict())  # the value head's init too
+    assert packs(modules[True].actor) and packs(modules[True].critic)
+    assert not packs(modules[False].actor)
+    batch = build_learner_pipeline(cfg)(
+        rl_module={"default_policy": modules[False]}, batch={}, episodes=trajs
+    )["default_policy"]
+    batch = {k: torch.as_tensor(v) for k, v in batch.items()}
+    lengths = batch["attention_mask"].sum(1)
+    assert len(set(lengths.tolist())) > 2  # rows of different lengths: padding to remove
+    mask = batch["response_mask"]
+    outs, grads = {}, {}
+    for pack, module in modules.items():
+        out = response_logprobs(module.actor, batch, 1.0, share_prompts=False)
+        values = module.compute_values(batch)
+        loss = (out["logp"] * mask).sum() + (out["entropy"] * mask).sum()
+        (loss + (values * mask).sum()).backward()
+        outs[pack] = {**out, "values": values}
+        grads[pack] = {k: p.grad for k, p in module.named_parameters() if p.grad is not None}
+    real = mask > 0
+    for key in ("logp", "entropy", "values"):
+        assert (outs[True][key] - outs[False][key])[real].abs().max() <= 1e-5, key
+    assert grads[True].keys() == grads[False].keys() and len(grads[True]) > 10
+    for k, g in grads[True].items():
+        ref = grads[False][k]
+        assert (g - ref).abs().max() <= 1e-4 * (ref.abs().max() + 1e-12), k
