@@ -7,6 +7,8 @@ two run in alternating blocks of ``--steps`` iterations (the first of each block
 is a warm-up and not counted); the figure is each side's median seconds per
 iteration, and their ratio. Ours includes sampling, the update and the weight
 sync into the rollout engine; TRL's includes its generation and its update.
+Each side's stages are printed too (TRL's: generation with scoring, and the
+rest of its step, mostly the loss's forward and backward passes).
 TRL runs without activation checkpointing (its default is on), as ours does.
 
     pip install -e ".[bench]"           # TRL, for this bench only
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return [float("Dragon" in c) for c in completions]
 
     times_trl: list[float] = []
+    generate_trl: list[float] = []
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -130,7 +133,19 @@ def main(argv: list[str] | None = None) -> int:
             processing_class=tok,
             callbacks=[Clock()],
         )
+        # TRL's generation and scoring stage, timed inside its step.
+        generate_and_score = trainer._generate_and_score_completions
+
+        def timed(*a, **k):
+            start = time.perf_counter()
+            out = generate_and_score(*a, **k)
+            generate_trl.append(time.perf_counter() - start)
+            return out
+
+        trainer._generate_and_score_completions = timed
+        gen_before = len(generate_trl)
         trainer.train()
+        del generate_trl[gen_before]  # the warm-up step's
         return times_trl[before + 1 :]
 
     ours, trl_times = [], []
@@ -143,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             stages[k] += v
     algo.stop()
     med_ours, med_trl = statistics.median(ours), statistics.median(trl_times)
+    trl_rest = [t - g for t, g in zip(trl_times, generate_trl, strict=True)]
     print(
         json.dumps(
             {
@@ -153,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
                 "ours_over_trl": round(med_ours / med_trl, 2),
                 "ours_stages_median_s": {
                     k: round(statistics.median(v), 3) for k, v in stages.items()
+                },
+                "trl_stages_median_s": {
+                    "generate_and_score_s": round(statistics.median(generate_trl), 3),
+                    "rest_of_step_s": round(statistics.median(trl_rest), 3),
                 },
                 "samples": {"ours": len(ours), "trl": len(trl_times)},
             },
