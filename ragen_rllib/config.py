@@ -28,13 +28,13 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from .context import PROMPT_STYLES
+from .core.filters import FILTER_DIRECTIONS, FILTER_METRICS, FILTER_STRATEGIES
 from .hub import load_hub_config
 
 ADVANTAGE_ESTIMATORS = ("gae", "grpo", "bilevel_gae", "gigpo")
 REWARD_LEVELS = ("trajectory", "turn")
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 GRPO_NORMS = ("mean_std", "mean", "identity")
-FILTER_MODES = ("top_std", "bottom_std")
 ENGINES = ("hf", "vllm")
 DTYPES = ("float32", "bfloat16")
 ROLLOUT_DEVICES = ("auto", "cpu", "cuda")
@@ -96,8 +96,21 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "gigpo_gamma": 0.95,
     "gigpo_step_weight": 1.0,
     "whiten_advantages": False,  # whiten GAE advantages over the batch's tokens
-    "filter_keep_ratio": 0.25,  # StarPO-S: keep this share of groups, by reward std (1.0: off)
-    "filter_mode": "top_std",  # how groups are ranked for filtering
+    # Rollout filtering (StarPO-S; RAGEN-2's strategies): groups are scored by the spread
+    # of their trajectory rewards (filter_metric: "reward_std", or "reward_variance" as
+    # in RAGEN-2), ordered highest first (filter_direction "largest"; "smallest" is an
+    # ablation), and a prefix is kept by filter_strategy with filter_value:
+    # "top_k" a share of the groups (StarPO-S 0.25), "top_k_abs" a count, "top_p" the
+    # groups holding that share of the total score (RAGEN-2 recommends 0.9 with
+    # filter_include_zero false), "min_p" those scoring at least that times the best.
+    # filter_value null: top_k takes filter_keep_ratio (1.0 turns filtering off).
+    "filter_keep_ratio": 0.25,
+    "filter_strategy": "top_k",
+    "filter_value": None,
+    "filter_direction": "largest",
+    # Groups whose rewards are all equal (score 0) may be kept (true) or never (false).
+    "filter_include_zero": True,
+    "filter_metric": "reward_std",
     # --- loss ------------------------------------------------------------------------
     "clip_low": 0.2,  # PPO clip epsilon below 1 (paper 0.2)
     "clip_high": 0.28,  # PPO clip epsilon above 1, "clip-higher" (paper 0.28)
@@ -199,7 +212,9 @@ _CHOICES = {
     "reward_level": REWARD_LEVELS,
     "loss_agg": LOSS_AGGS,
     "grpo_norm": GRPO_NORMS,
-    "filter_mode": FILTER_MODES,
+    "filter_strategy": FILTER_STRATEGIES,
+    "filter_direction": FILTER_DIRECTIONS,
+    "filter_metric": FILTER_METRICS,
     "engine": ENGINES,
     "prompt_style": PROMPT_STYLES,
     "model_dtype": DTYPES,
@@ -209,6 +224,12 @@ _CHOICES = {
     "grad_clip_by": ("value", "norm", "global_norm"),
 }
 _UNIT = "in [0, 1]"
+#: Keys people may reach for, and where their setting lives.
+_RENAMED = {
+    "model": "the model is set with `llm`",
+    "filter_mode": "filter_mode is now filter_direction: 'largest' (was 'top_std') or "
+    "'smallest' (was 'bottom_std')",
+}
 #: key -> (is the value allowed, what is allowed): every key an experiment may set,
 #: besides `env`, `env_module` (env_loading.check_env), `env_config` and `llm`.
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -247,6 +268,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "vf_clip": _number(lambda v: v > 0, "> 0", none_ok=True),
     "grad_clip": _number(lambda v: v > 0, "> 0", none_ok=True),
     "filter_keep_ratio": _number(lambda v: 0 < v <= 1, "in (0, 1]; 1.0 turns filtering off"),
+    "filter_value": _number(
+        lambda v: True, "(top_k, top_p: in (0, 1]; top_k_abs: an integer >= 1; min_p: in [0, 1])",
+        none_ok=True,
+    ),
+    "filter_include_zero": ((lambda v: isinstance(v, bool)), "must be true or false"),
     **{
         key: _number(lambda v: 0 <= v <= 1, _UNIT)
         for key in (
@@ -438,8 +464,8 @@ class StarPOConfig(AlgorithmConfig):
             hints = []
             for key in unknown + unused:
                 close = difflib.get_close_matches(key, names, n=2)
-                if key == "model":
-                    hints.append("the model is set with `llm`")
+                if key in _RENAMED:
+                    hints.append(_RENAMED[key])
                 elif close:
                     hints.append(f"{key!r}: did you mean {' or '.join(map(repr, close))}?")
             parts = []
@@ -476,6 +502,58 @@ class StarPOConfig(AlgorithmConfig):
                 ) from err
         return out
 
+    @property
+    def filter_value_used(self) -> float:
+        """The filter strategy's value: ``filter_value``, or for top_k when that is null,
+        ``filter_keep_ratio``."""
+        if self.filter_value is None and self.filter_strategy == "top_k":
+            return self.filter_keep_ratio
+        return self.filter_value
+
+    @property
+    def filter_keeps_everything(self) -> bool:
+        return (
+            self.filter_strategy == "top_k"
+            and self.filter_value_used >= 1.0
+            and self.filter_include_zero
+        )
+
+    def _check_filter(self, bad) -> None:
+        from .core.filters import check_filter, num_groups_to_keep
+
+        if self.filter_value_used is None:
+            raise bad(
+                "filter_value",
+                f"filter_strategy {self.filter_strategy!r} needs a filter_value (only top_k "
+                "falls back to filter_keep_ratio)",
+            )
+        try:
+            check_filter(
+                self.filter_strategy,
+                self.filter_value_used,
+                self.filter_direction,
+                self.filter_metric,
+            )
+        except ValueError as err:
+            key = "filter_value" if self.filter_value is not None else "filter_keep_ratio"
+            raise bad(key, str(err)) from None
+        if not self.filter_keeps_everything and self.group_size < 2:
+            raise bad("group_size", "rollout filtering compares rewards within a group: >= 2")
+        if self.filter_strategy in ("top_k", "top_k_abs") and self.filter_include_zero:
+            # How many groups survive is known: the minibatch must fit in them. (The
+            # runners split the env_groups between them: P is the total.)
+            if self.filter_strategy == "top_k":
+                kept = num_groups_to_keep(self.env_groups, self.filter_value_used)
+            else:
+                kept = min(self.env_groups, int(self.filter_value_used))
+            if self.minibatch_size > kept * self.group_size:
+                raise bad(
+                    "minibatch_size",
+                    f"must be <= the trajectories left after filtering ({kept} groups x "
+                    f"{self.group_size} = {kept * self.group_size}); lower it or raise "
+                    "env_groups / the share of groups the filter keeps",
+                )
+
     def check(self) -> None:
         """Raise ValueError (or FileNotFoundError for a model path) on any bad value."""
         self.check_values()
@@ -510,19 +588,7 @@ class StarPOConfig(AlgorithmConfig):
                 f"{self.advantage_estimator.upper()} compares rollouts within a group, so "
                 "group_size must be >= 2 (or use advantage_estimator='gae')",
             )
-        if self.filter_keep_ratio < 1 and self.group_size < 2:
-            raise bad("group_size", "reward-std filtering needs group_size >= 2")
-        from .core.filters import num_groups_to_keep
-
-        # The runners split the env_groups between them: P is the total.
-        kept = num_groups_to_keep(self.env_groups, self.filter_keep_ratio)
-        if self.minibatch_size > kept * self.group_size:
-            raise bad(
-                "minibatch_size",
-                f"must be <= the trajectories left after filtering ({kept} groups x "
-                f"{self.group_size} = {kept * self.group_size}); lower it or raise "
-                "env_groups / filter_keep_ratio",
-            )
+        self._check_filter(bad)
         if self.learner_strategy == "fsdp":
             if self.num_learners < 2:
                 raise bad(

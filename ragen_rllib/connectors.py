@@ -5,7 +5,7 @@ Two stages, each an RLlib ConnectorV2 pipeline:
 * the **sample-batch stage** (driver side, in ``StarPO.training_step``), which
   sees the whole rollout batch and only needs rewards: dropping the groups
   of trajectories whose env failed (:class:`DropEnvErrorGroups`), StarPO-S
-  uncertainty filtering (:class:`RewardStdFilter`) and the critic-free
+  uncertainty filtering (:class:`RolloutFilter`) and the critic-free
   advantages of GRPO and GiGPO (:class:`GroupAdvantages`). Running it before the
   batch is split across learners keeps every group whole.
 * the **learner stage** (inside each Learner): :class:`TrajectoriesToBatch`
@@ -26,7 +26,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 
 from .context import Trajectory
 from .core import advantages as adv
-from .core.filters import select_groups_by_reward_std
+from .core.filters import filter_groups
 
 
 class EnvErrorBudgetExceeded(RuntimeError):
@@ -64,25 +64,46 @@ class DropEnvErrorGroups(ConnectorV2):
         return batch
 
 
-class RewardStdFilter(ConnectorV2):
-    """StarPO-S: keep the groups whose trajectory rewards vary most (top ``keep_ratio``)."""
+class RolloutFilter(ConnectorV2):
+    """StarPO-S / RAGEN-2 rollout filtering: keep the groups whose rewards vary most
+    (:func:`~ragen_rllib.core.filters.filter_groups` says how), and log the kept
+    share of trajectories, the groups kept, and the mean in-group reward std
+    before and after."""
 
-    def __init__(self, keep_ratio: float, mode: str = "top_std", **kwargs):
+    def __init__(self, strategy, value, direction, include_zero, metric, **kwargs):
         super().__init__(**kwargs)
-        self.keep_ratio = keep_ratio
-        self.mode = mode
+        self.settings = {
+            "strategy": strategy,
+            "value": value,
+            "direction": direction,
+            "include_zero": include_zero,
+            "metric": metric,
+        }
+
+    @property
+    def keeps_everything(self) -> bool:
+        s = self.settings
+        return s["strategy"] == "top_k" and s["value"] >= 1.0 and s["include_zero"]
 
     def __call__(self, *, rl_module, batch, episodes: list[Trajectory], metrics=None, **kwargs):
-        if self.keep_ratio >= 1.0 or not episodes:
+        if self.keeps_everything or not episodes:
             return batch
-        scores = np.array([t.total_reward for t in episodes])
+        rewards = np.array([t.total_reward for t in episodes])
         groups = np.array([t.group for t in episodes])
-        keep = select_groups_by_reward_std(
-            scores, groups, keep_ratio=self.keep_ratio, mode=self.mode
-        )
-        kept = [t for t, k in zip(episodes, keep, strict=True) if k]
+        result = filter_groups(rewards, groups, **self.settings)
+        kept = [t for t, k in zip(episodes, result.keep.tolist(), strict=True) if k]
         if metrics is not None:
-            metrics.log_value("filter/kept_fraction", len(kept) / len(episodes), window=1)
+            metrics.log_dict(
+                {
+                    "kept_fraction": len(kept) / len(episodes),
+                    "groups_kept": result.groups_after,
+                    "groups_before": result.groups_before,
+                    "in_group_std_before": result.std_before,
+                    "in_group_std_after": result.std_after,
+                },
+                key="filter",
+                window=1,
+            )
         episodes[:] = kept
         return batch
 
@@ -134,7 +155,13 @@ class GroupAdvantages(ConnectorV2):
 def build_sample_pipeline(config) -> ConnectorPipelineV2:
     pieces: list[ConnectorV2] = [
         DropEnvErrorGroups(config.max_env_error_share),
-        RewardStdFilter(config.filter_keep_ratio, config.filter_mode),
+        RolloutFilter(
+            config.filter_strategy,
+            config.filter_value_used,
+            config.filter_direction,
+            config.filter_include_zero,
+            config.filter_metric,
+        ),
     ]
     if not config.uses_critic:
         pieces.append(

@@ -223,6 +223,20 @@ def test_gpu_example_on_a_machine_without_gpu_fails_before_ray(tmp_path):
         ({"max_num_env_runner_restarts": -2}, ["max_num_env_runner_restarts=-2", ">= 0"]),
         ({"num_learners": 1.0}, ["num_learners=1.0", "integer"]),
         ({"learner_strategy": "zero3"}, ["learner_strategy='zero3'", "'ddp'", "'fsdp'"]),
+        ({"filter_strategy": "top_q"}, ["filter_strategy='top_q'", "'top_p'", "'min_p'"]),
+        ({"filter_strategy": "top_p"}, ["filter_value=None", "needs a filter_value"]),
+        (
+            {"filter_strategy": "top_p", "filter_value": 1.5},
+            ["filter_value=1.5", "top_p takes a value in (0, 1]"],
+        ),
+        (
+            {"filter_strategy": "top_k_abs", "filter_value": 0.5},
+            ["filter_value=0.5", "whole number"],
+        ),
+        ({"filter_value": "0.9"}, ["filter_value='0.9'", "finite number"]),
+        ({"filter_direction": "top_std"}, ["filter_direction='top_std'", "'largest'"]),
+        ({"filter_metric": "std"}, ["filter_metric='std'", "'reward_variance'"]),
+        ({"filter_include_zero": 0}, ["filter_include_zero=0", "true or false"]),
         ({"learner_strategy": "fsdp"}, ["learner_strategy='fsdp'", "num_learners >= 2"]),
         (
             {"learner_strategy": "fsdp", "num_learners": 2, "grad_clip_by": "value"},
@@ -257,6 +271,7 @@ def test_wrong_types_and_non_finite_values_name_the_key(overrides, names):
         ({1: 2}, ["keys must be strings"]),
         ({"lambda": 0.9, "lambda_": 0.8}, ["'lambda'", "'lambda_'", "give one"]),
         ({"model": "builtin"}, ["'model'", "`llm`"]),
+        ({"filter_mode": "bottom_std"}, ["'filter_mode'", "filter_direction", "'smallest'"]),
         ({"train_batch_size": 64}, ["'train_batch_size'", "does not take", "minibatch_size"]),
         ({"callbacks": "my.Callbacks"}, ["'callbacks'", "RLlib"]),
     ],

@@ -66,13 +66,16 @@ NONNEG = {
 }  # fmt: skip
 BOOL = {
     "whiten_advantages", "shuffle_batch_per_epoch", "async_rollouts", "restart_failed_env_runners",
+    "filter_include_zero",
 }  # fmt: skip
 CHOICES = {
     "advantage_estimator": ("gae", "grpo", "bilevel_gae"),
     "reward_level": ("trajectory", "turn"),
     "loss_agg": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
     "grpo_norm": ("mean_std", "mean", "identity"),
-    "filter_mode": ("top_std", "bottom_std"),
+    "filter_strategy": ("top_k", "top_k_abs", "top_p", "min_p"),
+    "filter_direction": ("largest", "smallest"),
+    "filter_metric": ("reward_std", "reward_variance"),
     "engine": ("hf",),
     "prompt_style": ("full", "compact"),
     "model_dtype": ("float32", "bfloat16"),
@@ -83,7 +86,7 @@ CHOICES = {
 }
 SPECIAL = {
     "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",
-    "env", "env_module", "env_config",
+    "env", "env_module", "env_config", "filter_value",
 }  # fmt: skip
 ENV_IDS = ("ragen/Bandit-v0", "ragen/FrozenLake-v0", "ragen/SimpleSokoban-v0")
 CONFIG_KEYS = sorted(
@@ -97,7 +100,8 @@ CROSS_KEYS = {
     "group_size", "env_groups", "filter_keep_ratio", "minibatch_size", "num_env_runners",
     "advantage_estimator", "eval_seed", "eval_num_states", "num_gpus_per_learner",
     "num_gpus_per_env_runner", "num_learners", "llm", "env", "env_module", "env_config",
-    "online_k", "max_policy_lag", "async_rollouts",
+    "online_k", "max_policy_lag", "async_rollouts", "filter_strategy", "filter_value",
+    "filter_include_zero",
 }  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}
@@ -140,6 +144,8 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return v is None or (_num(v) and v > 0)
     if key == "prefill":
         return isinstance(v, str)
+    if key == "filter_value":  # its range depends on filter_strategy
+        return v is None or _num(v)
     if key == "context_window":
         return v is None or (_int(v) and 0 <= v < 2**31)
     if key == "num_cpus_per_learner":
@@ -181,6 +187,7 @@ def valid_sample(key: str, rng: random.Random) -> Any:
         "vf_clip": rng.choice([None, 0.5, 1.0]),
         "grad_clip": rng.choice([None, 0.5, 1.0]),
         "prefill": rng.choice(["", "<think>", "Let me think."]),
+        "filter_value": rng.choice([None, 0.25, 0.9, 1.0, 2]),
         "context_window": rng.choice([None, 0, 1, 3]),
         "num_cpus_per_learner": rng.choice(["auto", 1, 0.5]),
         "llm": rng.choice(["builtin", "builtin-raw", "no-such-org/no-such-model", "1e-4"]),

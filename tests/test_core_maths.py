@@ -20,11 +20,6 @@ from ragen_rllib.core.advantages import (
     token_rewards,
     turn_end_index_from_spans,
 )
-from ragen_rllib.core.filters import (
-    group_reward_std,
-    num_groups_to_keep,
-    select_groups_by_reward_std,
-)
 from ragen_rllib.core.losses import (
     entropy_from_logits,
     kl_penalty,
@@ -416,54 +411,3 @@ def test_chunked_logprobs_and_entropy_equal_naive(chunk, temperature):
     torch.testing.assert_close(logp, naive_logp, atol=1e-6, rtol=0)
     torch.testing.assert_close(ent, naive_ent, atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(grad_chunked, full.grad, atol=1e-6, rtol=1e-5)
-
-
-# ----- StarPO-S filter -----------------------------------------------------------------
-def filter_batch():
-    # 8 groups of 4; group g scores [0, 0, 0, a_g], so std grows with a_g.
-    a = [0.1, 0.5, 0.2, 0.9, 0.0, 0.3, 0.8, 0.4]
-    scores = [x for g in range(8) for x in (0.0, 0.0, 0.0, a[g])]
-    groups = [g for g in range(8) for _ in range(4)]
-    return torch.tensor(scores), torch.tensor(groups)
-
-
-def kept_groups(keep: torch.Tensor, groups: torch.Tensor) -> set[int]:
-    return set(groups[keep].tolist())
-
-
-def test_filter_keeps_top_std_groups():
-    scores, groups = filter_batch()
-    keep = select_groups_by_reward_std(scores, groups, keep_ratio=0.25)
-    assert kept_groups(keep, groups) == {3, 6} and int(keep.sum()) == 8  # all 4 of each
-    keep = select_groups_by_reward_std(scores, groups, keep_ratio=0.5)
-    assert kept_groups(keep, groups) == {3, 6, 1, 7}
-    keep = select_groups_by_reward_std(scores, groups, keep_ratio=0.25, mode="bottom_std")
-    assert kept_groups(keep, groups) == {4, 0}
-    assert bool(select_groups_by_reward_std(scores, groups, keep_ratio=1.0).all())
-
-
-def test_filter_handles_numpy_shuffled_ids_ties_and_min_groups():
-    scores, groups = filter_batch()
-    perm = torch.randperm(32, generator=torch.Generator().manual_seed(0))
-    ids = (groups * 10 + 5)[perm].numpy()  # non-contiguous ids, shuffled order
-    keep = select_groups_by_reward_std(scores[perm].numpy(), ids, keep_ratio=0.25)
-    assert set(ids[keep.numpy()].tolist()) == {35, 65}
-    flat = torch.zeros(32)  # every group has std 0: ties go to the smallest ids
-    assert kept_groups(select_groups_by_reward_std(flat, groups, 0.25), groups) == {0, 1}
-    keep = select_groups_by_reward_std(scores, groups, keep_ratio=0.1, min_groups=3)
-    assert kept_groups(keep, groups) == {3, 6, 1}
-    assert num_groups_to_keep(8, 0.1) == 1 and num_groups_to_keep(10, 0.3) == 3
-    assert num_groups_to_keep(8, 0.26) == 3  # ceil(2.08)
-
-
-def test_group_reward_std_values():
-    ids, std = group_reward_std([1.0, 3.0, 5.0, 2.0], [4, 4, 4, 1])
-    assert ids.tolist() == [1, 4]
-    assert std.tolist() == [0.0, pytest.approx(2.0)]  # sample std of 1, 3, 5
-
-
-@pytest.mark.parametrize("bad", [0.0, -0.25, 1.5])
-def test_filter_rejects_bad_keep_ratio(bad):
-    scores, groups = filter_batch()
-    with pytest.raises(ValueError, match=f"keep_ratio.*{bad}"):
-        select_groups_by_reward_std(scores, groups, keep_ratio=bad)
