@@ -28,13 +28,33 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from .context import PROMPT_STYLES
+from .core.advantages import REWARD_NORM_METHODS
 from .core.filters import FILTER_DIRECTIONS, FILTER_METRICS, FILTER_STRATEGIES
+from .core.losses import LOSS_AGGS
 from .hub import load_hub_config
 
-ADVANTAGE_ESTIMATORS = ("gae", "grpo", "bilevel_gae", "gigpo")
+ADVANTAGE_ESTIMATORS = (
+    "gae",
+    "bilevel_gae",
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "gigpo",
+)
+#: Critic-free estimators whose baseline is a group's (reward_norm_* apply to them).
+GROUP_BASELINE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo")
+#: The normalisation each of those uses when reward_norm_method is null.
+DEFAULT_REWARD_NORM = {
+    "grpo": "mean_std",
+    "gigpo": "mean_std",
+    "dr_grpo": "mean",
+    "rloo": "mean",
+    "reinforce_pp_baseline": "mean",
+}
 REWARD_LEVELS = ("trajectory", "turn")
-LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
-GRPO_NORMS = ("mean_std", "mean", "identity")
+REWARD_NORM_GROUPINGS = ("state", "batch", "env")
 ENGINES = ("hf", "vllm")
 DTYPES = ("float32", "bfloat16")
 ROLLOUT_DEVICES = ("auto", "cpu", "cuda")
@@ -81,7 +101,12 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # the failed trajectories are dropped from the update (and counted).
     "max_env_error_share": 0.5,
     # --- advantages and rewards ----------------------------------------------------
-    # "gae" (PPO critic), "bilevel_gae" (TRICO, critic), "grpo", "gigpo" (both critic-free)
+    # With a critic: "gae" (PPO, StarPO's), "bilevel_gae" (TRICO: turn-level GAE seeding a
+    # token-level one). Critic-free, from the batch: "grpo" (reward normalised in its
+    # group), "dr_grpo" (no std scaling, and a loss not normalised by sequence length),
+    # "rloo" (leave-one-out mean), "reinforce_pp" (discounted returns whitened over the
+    # batch), "reinforce_pp_baseline" (group mean subtracted, then whitened), "gigpo"
+    # (GRPO plus step-level advantages among turns from the same state).
     "advantage_estimator": "gae",
     "reward_level": "trajectory",  # reward on the last token ("trajectory") or per turn ("turn")
     "lambda_": 1.0,  # GAE lambda (paper 1.0); gamma is AlgorithmConfig.gamma (paper 1.0)
@@ -89,7 +114,13 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "lambda_turn": 1.0,  # bi-level GAE: lambda between turns
     "gamma_token": 1.0,  # bi-level GAE: discount between tokens of a turn
     "lambda_token": 1.0,  # bi-level GAE: lambda between tokens of a turn
-    "grpo_norm": "mean_std",  # GRPO/GiGPO normalisation within a group (and a step group)
+    # Reward normalisation for the group-baseline estimators (grpo, dr_grpo, rloo,
+    # reinforce_pp_baseline, gigpo): the group a reward is compared with, "state" (the
+    # rollouts of one initial state), "batch" or "env" (one env id), and the method:
+    # "mean_std", "mean", "identity" or "asym_clip" (mean_std clipped to [-1, 3]).
+    # Null method: the estimator's own (mean_std for grpo and gigpo, mean otherwise).
+    "reward_norm_grouping": "state",
+    "reward_norm_method": None,
     # GiGPO: turns of a group that start from the same observation form a step group;
     # a turn's advantage is the episode's GRPO advantage plus gigpo_step_weight times
     # its discounted return (discount gigpo_gamma) relative to its step group.
@@ -115,7 +146,11 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "clip_low": 0.2,  # PPO clip epsilon below 1 (paper 0.2)
     "clip_high": 0.28,  # PPO clip epsilon above 1, "clip-higher" (paper 0.28)
     "dual_clip": 3.0,  # dual-clip c for negative advantages (paper 3); None: off
-    "loss_agg": "token-mean",  # how token losses are averaged (paper token-mean)
+    # How token losses are averaged: "token-mean" (paper), "seq-mean-token-sum",
+    # "seq-mean-token-mean", or "seq-mean-token-sum-norm" (Dr. GRPO: each sequence's sum
+    # divided by a constant, the most tokens a sequence can generate). Null: dr_grpo's
+    # is seq-mean-token-sum-norm, every other estimator's token-mean.
+    "loss_agg": None,
     "entropy_coeff": 0.001,  # entropy bonus (paper 0.001)
     "kl_coeff": 0.0,  # KL to the frozen initial model (StarPO-S 0; vanilla StarPO 0.001)
     "kl_estimator": "k3",  # "k1", "k2", "k3" or "abs"
@@ -210,8 +245,7 @@ _POSITIVE_INTS = (
 _CHOICES = {
     "advantage_estimator": ADVANTAGE_ESTIMATORS,
     "reward_level": REWARD_LEVELS,
-    "loss_agg": LOSS_AGGS,
-    "grpo_norm": GRPO_NORMS,
+    "reward_norm_grouping": REWARD_NORM_GROUPINGS,
     "filter_strategy": FILTER_STRATEGIES,
     "filter_direction": FILTER_DIRECTIONS,
     "filter_metric": FILTER_METRICS,
@@ -229,6 +263,8 @@ _RENAMED = {
     "model": "the model is set with `llm`",
     "filter_mode": "filter_mode is now filter_direction: 'largest' (was 'top_std') or "
     "'smallest' (was 'bottom_std')",
+    "grpo_norm": "grpo_norm is now reward_norm_method (for every estimator with a group "
+    "baseline; reward_norm_grouping picks the group)",
 }
 #: key -> (is the value allowed, what is allowed): every key an experiment may set,
 #: besides `env`, `env_module` (env_loading.check_env), `env_config` and `llm`.
@@ -269,10 +305,19 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "grad_clip": _number(lambda v: v > 0, "> 0", none_ok=True),
     "filter_keep_ratio": _number(lambda v: 0 < v <= 1, "in (0, 1]; 1.0 turns filtering off"),
     "filter_value": _number(
-        lambda v: True, "(top_k, top_p: in (0, 1]; top_k_abs: an integer >= 1; min_p: in [0, 1])",
+        lambda v: True,
+        "(top_k, top_p: in (0, 1]; top_k_abs: an integer >= 1; min_p: in [0, 1])",
         none_ok=True,
     ),
     "filter_include_zero": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "loss_agg": (
+        lambda v: v is None or (isinstance(v, str) and v in LOSS_AGGS),
+        f"allowed values are null (the estimator's own) or {list(LOSS_AGGS)}",
+    ),
+    "reward_norm_method": (
+        lambda v: v is None or (isinstance(v, str) and v in REWARD_NORM_METHODS),
+        f"allowed values are null (the estimator's own) or {list(REWARD_NORM_METHODS)}",
+    ),
     **{
         key: _number(lambda v: 0 <= v <= 1, _UNIT)
         for key in (
@@ -503,6 +548,53 @@ class StarPOConfig(AlgorithmConfig):
         return out
 
     @property
+    def reward_norm_method_used(self) -> str | None:
+        """``reward_norm_method``, or the estimator's own when that is null."""
+        if self.reward_norm_method is not None:
+            return self.reward_norm_method
+        return DEFAULT_REWARD_NORM.get(self.advantage_estimator)
+
+    @property
+    def loss_agg_used(self) -> str:
+        """``loss_agg``, or the estimator's own when that is null."""
+        if self.loss_agg is not None:
+            return self.loss_agg
+        return "seq-mean-token-sum-norm" if self.advantage_estimator == "dr_grpo" else "token-mean"
+
+    @property
+    def loss_norm_tokens(self) -> int:
+        """seq-mean-token-sum-norm's constant: the most tokens one training sequence can
+        generate (a turn's with a context window, a whole trajectory's without)."""
+        turns = 1 if self.context_window is not None else self.max_turns
+        return self.max_new_tokens * turns
+
+    def _check_estimator(self, bad) -> None:
+        estimator = self.advantage_estimator
+        if estimator not in GROUP_BASELINE_ESTIMATORS:
+            for key, default in (("reward_norm_method", None), ("reward_norm_grouping", "state")):
+                if getattr(self, key) != default:
+                    raise bad(
+                        key,
+                        f"applies to the estimators with a group baseline "
+                        f"({', '.join(GROUP_BASELINE_ESTIMATORS)}), not to {estimator!r}; "
+                        f"leave it at {default!r}",
+                    )
+            return
+        if estimator == "dr_grpo" and self.reward_norm_method in ("mean_std", "asym_clip"):
+            raise bad(
+                "reward_norm_method",
+                "dr_grpo does not divide by the group's std: use 'mean' (its default) or "
+                "'identity', or advantage_estimator 'grpo' for std scaling",
+            )
+        if self.reward_norm_grouping == "state" and self.group_size < 2:
+            raise bad(
+                "group_size",
+                f"{estimator!r} compares rollouts of the same initial state, so group_size "
+                "must be >= 2 (or set reward_norm_grouping to 'batch', or use "
+                "advantage_estimator 'gae')",
+            )
+
+    @property
     def filter_value_used(self) -> float:
         """The filter strategy's value: ``filter_value``, or for top_k when that is null,
         ``filter_keep_ratio``."""
@@ -582,12 +674,7 @@ class StarPOConfig(AlgorithmConfig):
                 "must be 'builtin', 'builtin-raw', a local model directory or a Hugging Face "
                 "hub id such as 'Qwen/Qwen2.5-0.5B-Instruct' (a string)",
             )
-        if self.advantage_estimator in ("grpo", "gigpo") and self.group_size < 2:
-            raise bad(
-                "group_size",
-                f"{self.advantage_estimator.upper()} compares rollouts within a group, so "
-                "group_size must be >= 2 (or use advantage_estimator='gae')",
-            )
+        self._check_estimator(bad)
         self._check_filter(bad)
         if self.learner_strategy == "fsdp":
             if self.num_learners < 2:

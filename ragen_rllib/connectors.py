@@ -109,11 +109,21 @@ class RolloutFilter(ConnectorV2):
 
 
 class GroupAdvantages(ConnectorV2):
-    """Critic-free advantages from whole groups, one per turn (``turn_advantages``).
+    """Critic-free advantages from the whole batch, one per turn (``turn_advantages``).
 
-    * ``"grpo"``: each trajectory's reward normalised within its group of the same
-      initial state, given to every turn;
-    * ``"gigpo"``: that episode advantage plus ``step_weight`` times a step
+    ``R`` is a trajectory's total reward, relative to a baseline group by
+    :func:`~ragen_rllib.core.advantages.group_normalize` with ``method``; the
+    groups are the rollouts of one initial state (``grouping="state"``), the
+    whole batch (``"batch"``) or one env id (``"env"``).
+
+    * ``"grpo"``, ``"dr_grpo"``: normalised ``R`` on every turn (Dr. GRPO with
+      ``method="mean"``; its loss aggregation is the learner's business);
+    * ``"rloo"``: ``R`` against the leave-one-out mean of its group;
+    * ``"reinforce_pp_baseline"``: ``R`` minus its group's mean, on every turn,
+      then whitened over the batch's generated tokens;
+    * ``"reinforce_pp"``: each turn's discounted return (``gamma``, per turn),
+      whitened over the batch's generated tokens (no group baseline);
+    * ``"gigpo"``: the episode advantage plus ``step_weight`` times a step
       advantage among the group's turns that start from the same observation
       (:func:`~ragen_rllib.core.advantages.gigpo_advantages`).
     """
@@ -121,32 +131,50 @@ class GroupAdvantages(ConnectorV2):
     def __init__(
         self,
         estimator: str,
-        norm: str = "mean_std",
-        gamma: float = 0.95,
+        method: str = "mean_std",
+        grouping: str = "state",
+        gamma: float = 1.0,
+        gigpo_gamma: float = 0.95,
         step_weight: float = 1.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.estimator, self.norm = estimator, norm
-        self.gamma, self.step_weight = gamma, step_weight
+        self.estimator, self.method, self.grouping = estimator, method, grouping
+        self.gamma, self.gigpo_gamma, self.step_weight = gamma, gigpo_gamma, step_weight
+
+    def _baseline_groups(self, episodes: list[Trajectory]) -> list[Any]:
+        if self.grouping == "batch":
+            return [0] * len(episodes)
+        if self.grouping == "env":
+            return [t.env_id for t in episodes]
+        return [t.group for t in episodes]
 
     def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
         if not episodes:
             return batch
+        groups = self._baseline_groups(episodes)
         if self.estimator == "gigpo":
             per_turn = adv.gigpo_advantages(
                 [t.turn_rewards for t in episodes],
                 [t.group for t in episodes],
                 [t.turn_observations[: t.num_turns] for t in episodes],
-                gamma=self.gamma,
+                gamma=self.gigpo_gamma,
                 step_weight=self.step_weight,
-                norm=self.norm,
+                norm=self.method,
+                episode_groups=groups,
             )
+        elif self.estimator == "reinforce_pp":
+            per_turn = adv.discounted_turn_returns([t.turn_rewards for t in episodes], self.gamma)
         else:
-            scores = torch.tensor([t.total_reward for t in episodes], dtype=torch.float32)
-            groups = torch.tensor([t.group for t in episodes])
-            normed = adv.grpo_advantages(scores, groups, norm=self.norm).tolist()
+            scores = torch.tensor([t.total_reward for t in episodes], dtype=torch.float64)
+            ids = torch.tensor(adv.ids_of(groups))
+            normed = adv.group_normalize(
+                scores, ids, self.method, leave_one_out=self.estimator == "rloo"
+            ).tolist()
             per_turn = [[a] * t.num_turns for a, t in zip(normed, episodes, strict=True)]
+        if self.estimator in ("reinforce_pp", "reinforce_pp_baseline"):
+            tokens = [[end - start for _, start, end in t.turn_spans] for t in episodes]
+            per_turn = adv.whiten_turns(per_turn, tokens)
         for t, values in zip(episodes, per_turn, strict=True):
             t.turn_advantages = [float(a) for a in values]
         return batch
@@ -167,7 +195,9 @@ def build_sample_pipeline(config) -> ConnectorPipelineV2:
         pieces.append(
             GroupAdvantages(
                 config.advantage_estimator,
-                config.grpo_norm,
+                config.reward_norm_method_used,
+                config.reward_norm_grouping,
+                config.gamma,
                 config.gigpo_gamma,
                 config.gigpo_step_weight,
             )

@@ -406,7 +406,8 @@ class StarPOTorchLearner(TorchLearner):
             "sequences": (mask.sum(1) > 0).sum().clamp_min(1).float(),
             "world": 1,
         }
-        seq_agg = config.loss_agg != "token-mean"
+        agg = config.loss_agg_used
+        seq_agg = agg != "token-mean"
         tokens = d["tokens"]
         world = d["world"]
 
@@ -422,8 +423,9 @@ class StarPOTorchLearner(TorchLearner):
             clip_low=config.clip_low,
             clip_high=config.clip_high,
             dual_clip=config.dual_clip,
-            agg=config.loss_agg,
+            agg=agg,
             denom=d["sequences"] if seq_agg else tokens,
+            norm_tokens=config.loss_norm_tokens,
         )
         entropy = token_mean(fwd_out["entropy"])
         total = pg_loss - config.entropy_coeff * entropy

@@ -21,7 +21,7 @@ def make(**overrides) -> StarPOConfig:
     "overrides, names",
     [
         ({"env": "ragen/NoSuchEnv-v0"}, ["env", "ragen/NoSuchEnv-v0", "ragen/SimpleSokoban-v0"]),
-        ({"advantage_estimator": "grpo", "group_size": 1}, ["group_size", "GRPO"]),
+        ({"advantage_estimator": "grpo", "group_size": 1}, ["group_size", "'grpo'"]),
         ({"lr": -1e-6}, ["lr", "-1e-06", "> 0"]),
         ({"critic_lr": 0}, ["critic_lr", "> 0"]),
         ({"advantage_estimator": "ppo"}, ["advantage_estimator", "'gae'", "'grpo'"]),

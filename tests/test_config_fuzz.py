@@ -69,10 +69,12 @@ BOOL = {
     "filter_include_zero",
 }  # fmt: skip
 CHOICES = {
-    "advantage_estimator": ("gae", "grpo", "bilevel_gae"),
+    "advantage_estimator": (
+        "gae", "bilevel_gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline",
+        "gigpo",
+    ),
     "reward_level": ("trajectory", "turn"),
-    "loss_agg": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
-    "grpo_norm": ("mean_std", "mean", "identity"),
+    "reward_norm_grouping": ("state", "batch", "env"),
     "filter_strategy": ("top_k", "top_k_abs", "top_p", "min_p"),
     "filter_direction": ("largest", "smallest"),
     "filter_metric": ("reward_std", "reward_variance"),
@@ -86,8 +88,10 @@ CHOICES = {
 }
 SPECIAL = {
     "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",
-    "env", "env_module", "env_config", "filter_value",
+    "env", "env_module", "env_config", "filter_value", "loss_agg", "reward_norm_method",
 }  # fmt: skip
+LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+NORM_METHODS = ("mean_std", "mean", "identity", "asym_clip")
 ENV_IDS = ("ragen/Bandit-v0", "ragen/FrozenLake-v0", "ragen/SimpleSokoban-v0")
 CONFIG_KEYS = sorted(
     POS_INT | NONNEG_INT | UNIT | OPEN_UNIT | HALF_OPEN_UNIT | POSITIVE | NONNEG | BOOL
@@ -101,7 +105,7 @@ CROSS_KEYS = {
     "advantage_estimator", "eval_seed", "eval_num_states", "num_gpus_per_learner",
     "num_gpus_per_env_runner", "num_learners", "llm", "env", "env_module", "env_config",
     "online_k", "max_policy_lag", "async_rollouts", "filter_strategy", "filter_value",
-    "filter_include_zero",
+    "filter_include_zero", "reward_norm_grouping", "reward_norm_method",
 }  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}
@@ -146,6 +150,10 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return isinstance(v, str)
     if key == "filter_value":  # its range depends on filter_strategy
         return v is None or _num(v)
+    if key == "loss_agg":
+        return v is None or (isinstance(v, str) and v in LOSS_AGGS)
+    if key == "reward_norm_method":  # which ones apply depends on the estimator
+        return v is None or (isinstance(v, str) and v in NORM_METHODS)
     if key == "context_window":
         return v is None or (_int(v) and 0 <= v < 2**31)
     if key == "num_cpus_per_learner":
@@ -188,6 +196,8 @@ def valid_sample(key: str, rng: random.Random) -> Any:
         "grad_clip": rng.choice([None, 0.5, 1.0]),
         "prefill": rng.choice(["", "<think>", "Let me think."]),
         "filter_value": rng.choice([None, 0.25, 0.9, 1.0, 2]),
+        "loss_agg": rng.choice([None, *LOSS_AGGS]),
+        "reward_norm_method": rng.choice([None, *NORM_METHODS]),
         "context_window": rng.choice([None, 0, 1, 3]),
         "num_cpus_per_learner": rng.choice(["auto", 1, 0.5]),
         "llm": rng.choice(["builtin", "builtin-raw", "no-such-org/no-such-model", "1e-4"]),

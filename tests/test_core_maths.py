@@ -14,7 +14,7 @@ from ragen_rllib.core.advantages import (
     discounted_returns,
     gae,
     gigpo_advantages,
-    grpo_advantages,
+    group_normalize,
     masked_mean,
     masked_whiten,
     token_rewards,
@@ -144,7 +144,7 @@ def test_bilevel_gae_padding_rows_and_missing_turns():
 def test_grpo_mean_std_normalisation():
     scores = torch.tensor([1.0, 2.0, 3.0, 5.0, 1.0, 4.0, 0.0, 0.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 2, 3, 3])  # group 2: single; group 3: equal
-    adv = grpo_advantages(scores, groups, eps=1e-6)
+    adv = group_normalize(scores, groups, eps=1e-6)
     # Group 0: mean 2, sample std 1. Group 1: mean 3, sample std sqrt(8) = 2.828427.
     s1 = math.sqrt(8.0)
     expected = [-1 / (1 + 1e-6), 0.0, 1 / (1 + 1e-6), 2 / (s1 + 1e-6), -2 / (s1 + 1e-6), 0, 0, 0]
@@ -158,12 +158,12 @@ def test_grpo_mean_std_normalisation():
 def test_grpo_mean_and_identity_modes():
     scores = torch.tensor([1.0, 2.0, 3.0, 5.0, 1.0, 4.0])
     groups = np.array([7, 7, 7, 2, 2, 9])  # numpy ids, not contiguous
-    mean_adv = grpo_advantages(scores, groups, norm="mean")
+    mean_adv = group_normalize(scores, groups, "mean")
     torch.testing.assert_close(mean_adv, torch.tensor([-1.0, 0.0, 1.0, 2.0, -2.0, 0.0]))
-    ident = grpo_advantages(scores, groups, norm="identity")
+    ident = group_normalize(scores, groups, "identity")
     assert torch.equal(ident, scores)
     with pytest.raises(ValueError, match="median"):
-        grpo_advantages(scores, groups, norm="median")
+        group_normalize(scores, groups, "median")
 
 
 # ----- GiGPO ----------------------------------------------------------------------------
@@ -222,7 +222,7 @@ def test_gigpo_equals_grpo_when_no_state_repeats():
     rewards = [[0, 1], [1], [0, 0, 0]]
     anchors = [["a", "b"], ["c"], ["d", "e", "f"]]
     got = gigpo_advantages(rewards, [7, 7, 7], anchors)
-    episode = grpo_advantages(torch.tensor([1.0, 1.0, 0.0]), [7, 7, 7]).tolist()
+    episode = group_normalize(torch.tensor([1.0, 1.0, 0.0]), [7, 7, 7]).tolist()
     assert [row[0] for row in got] == pytest.approx(episode, rel=1e-6)
     assert all(len(set(row)) == 1 for row in got)  # every step group is a singleton
 

@@ -10,7 +10,9 @@ module turns those into per-token advantages and value targets:
   end of the trajectory or at the end of every turn (TRICO's turn-level reward);
 * ``bilevel_gae``: VAGEN/TRICO's turn-level GAE followed by a token-level GAE
   inside each turn;
-* ``grpo_advantages`` + ``broadcast_to_tokens``: critic-free GRPO;
+* ``group_normalize`` + ``broadcast_to_tokens``: critic-free group baselines
+  (GRPO, Dr. GRPO, RLOO, REINFORCE++ with a baseline), with ``whiten_turns``
+  for REINFORCE++'s batch normalisation;
 * ``gigpo_advantages``: critic-free GiGPO, GRPO's episode advantage plus a
   step advantage from the turns that start in the same state.
 
@@ -44,7 +46,7 @@ def masked_whiten(
     """(x - mean) / sqrt(var + eps) over the masked tokens of the whole batch; 0 outside.
 
     The variance is the sample (Bessel-corrected, n - 1) variance, like the group std
-    of ``grpo_advantages``. With ``shift_mean=False`` the mean is added back (scale only).
+    of ``group_normalize``. With ``shift_mean=False`` the mean is added back (scale only).
     """
     m = mask.bool()
     mean = masked_mean(x, m)
@@ -226,28 +228,83 @@ def group_stats(
     return unique_ids, inverse, counts, mean, var.sqrt()
 
 
-def grpo_advantages(
-    scores: torch.Tensor, group_ids: Any, eps: float = 1e-6, norm: str = "mean_std"
-) -> torch.Tensor:
-    """Trajectory scores normalised within their group  # [N] -> [N].
+REWARD_NORM_METHODS = ("mean_std", "mean", "identity", "asym_clip")
+#: asym_clip bounds (RAGEN's): a mean_std score clipped to [-1, 3], so a rollout far
+#: below its group is pushed down at most one std, one far above up to three.
+ASYM_CLIP = (-1.0, 3.0)
 
-    * ``"mean_std"``: (r - mean_g) / (std_g + eps), std_g the SAMPLE std (n - 1);
-    * ``"mean"``:     r - mean_g (Dr. GRPO style, no std scaling);
-    * ``"identity"``: r.
-    A group of size 1 (or with equal scores) gets 0 under the mean-based norms.
+
+def group_normalize(
+    scores: Any,
+    group_ids: Any,
+    method: str = "mean_std",
+    leave_one_out: bool = False,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Scores relative to their group  # [N] -> [N] (float32 for integer input).
+
+    With b the group's mean (``leave_one_out``: the mean of the OTHER members, as
+    in RLOO; a group of one has no other member, so b = r) and s the group's
+    SAMPLE std (n - 1):
+
+    * ``"mean"``:      r - b  (Dr. GRPO, RLOO, REINFORCE++'s baseline);
+    * ``"mean_std"``:  (r - b) / (s + eps)  (GRPO);
+    * ``"asym_clip"``: the ``mean_std`` value clipped to [-1, 3];
+    * ``"identity"``:  r (no baseline).
+
+    A group whose scores are all equal gets 0 under every method but identity.
     """
-    if norm not in ("mean_std", "mean", "identity"):
-        raise ValueError(f"norm must be 'mean_std', 'mean' or 'identity', got {norm!r}")
+    if method not in REWARD_NORM_METHODS:
+        raise ValueError(f"method must be one of {REWARD_NORM_METHODS}, got {method!r}")
     scores = torch.as_tensor(scores)
-    if norm == "identity":
-        return scores.clone()
-    _, inverse, _, mean, std = group_stats(scores, group_ids)
-    s = scores.to(torch.float64).reshape(-1)
-    out = s - mean[inverse]
-    if norm == "mean_std":
-        out = out / (std[inverse] + eps)
     dtype = scores.dtype if scores.is_floating_point() else torch.float32
+    if method == "identity":
+        return scores.to(dtype).clone()
+    _, inverse, counts, mean, std = group_stats(scores, group_ids)
+    s = scores.to(torch.float64).reshape(-1)
+    n = counts[inverse]
+    if leave_one_out:
+        others = (mean[inverse] * n - s) / (n - 1).clamp_min(1)
+        baseline = torch.where(n > 1, others, s)
+    else:
+        baseline = mean[inverse]
+    out = s - baseline
+    if method in ("mean_std", "asym_clip"):
+        out = out / (std[inverse] + eps)
+    if method == "asym_clip":
+        out = out.clamp(*ASYM_CLIP)
     return out.to(dtype).reshape(scores.shape)
+
+
+def discounted_turn_returns(rewards: Sequence[Sequence[float]], gamma: float) -> list[list[float]]:
+    """Each turn's discounted return within its trajectory  # ragged [N][K_i]."""
+    return [discounted_returns(r, gamma) for r in rewards]
+
+
+def whiten_turns(
+    values: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]], eps: float = 1e-8
+) -> list[list[float]]:
+    """Whiten per-turn values over the batch's generated tokens  # ragged [N][K_i].
+
+    A turn's value is what each of its ``tokens[i][k]`` generated tokens carries,
+    so this is :func:`masked_whiten` over every response token of the batch (the
+    REINFORCE++ normalisation): (v - mean) / sqrt(var + eps), mean and SAMPLE
+    variance weighted by token counts. A turn without tokens carries no weight."""
+    flat = torch.tensor([float(v) for row in values for v in row], dtype=torch.float64)
+    weight = torch.tensor([float(w) for row in tokens for w in row], dtype=torch.float64)
+    if flat.shape != weight.shape:
+        raise ValueError(f"{flat.numel()} turn values but {weight.numel()} token counts")
+    total = weight.sum()
+    if total <= 0:
+        return [[0.0] * len(row) for row in values]
+    mean = (flat * weight).sum() / total
+    var = (weight * (flat - mean) ** 2).sum() / (total - 1).clamp_min(1)
+    out = ((flat - mean) / torch.sqrt(var + eps)).tolist()
+    rows, first = [], 0
+    for row in values:
+        rows.append(out[first : first + len(row)])
+        first += len(row)
+    return rows
 
 
 def broadcast_to_tokens(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -274,6 +331,7 @@ def gigpo_advantages(
     step_weight: float = 1.0,
     norm: str = "mean_std",
     eps: float = 1e-6,
+    episode_groups: Sequence[Any] | None = None,
 ) -> list[list[float]]:
     """GiGPO: one advantage per turn  # ragged [N][K_i] -> [N][K_i].
 
@@ -281,13 +339,15 @@ def gigpo_advantages(
     group (the rollouts of one initial state); ``anchors[i][t]``: the state turn t
     started from (e.g. the observation text), compared by equality.
 
-    * Episode advantage: ``grpo_advantages`` of the trajectories' total rewards
-      within their group, with ``norm``.
+    * Episode advantage: :func:`group_normalize` of the trajectories' total
+      rewards with ``norm``, within their group (or within ``episode_groups``,
+      when the episode baseline is taken over other sets, such as the batch).
     * Step advantage: the turns of one group that start from the same anchor
       state form a step group; a turn's discounted return
-      R_t = sum_k gamma^(k-t) r_k (k >= t, its own trajectory) minus the step
-      group's mean, divided by the group's SAMPLE std (+ eps) when ``norm`` is
-      ``"mean_std"``. A step group of one turn gives 0.
+      R_t = sum_k gamma^(k-t) r_k (k >= t, its own trajectory) relative to the
+      step group by :func:`group_normalize` with ``norm`` ("identity" here is
+      "mean": a step advantage is always relative). A step group of one turn
+      gives 0.
     * Turn advantage = episode advantage + ``step_weight`` * step advantage.
     """
     n = len(turn_rewards)
@@ -301,12 +361,13 @@ def gigpo_advantages(
             raise ValueError(
                 f"trajectory {i}: {len(rewards)} turn rewards but {len(states)} anchors"
             )
-    if norm not in ("mean_std", "mean", "identity"):
-        raise ValueError(f"norm must be 'mean_std', 'mean' or 'identity', got {norm!r}")
+    if norm not in REWARD_NORM_METHODS:
+        raise ValueError(f"norm must be one of {REWARD_NORM_METHODS}, got {norm!r}")
     if n == 0:
         return []
     totals = torch.tensor([float(sum(r)) for r in turn_rewards], dtype=torch.float64)
-    episode = grpo_advantages(totals, _ids(group_ids), eps, norm)
+    baseline_groups = group_ids if episode_groups is None else episode_groups
+    episode = group_normalize(totals, ids_of(baseline_groups), norm, eps=eps)
     keys: dict[tuple[Any, Hashable], int] = {}
     step_key, step_return = [], []
     for i, (rewards, states) in enumerate(zip(turn_rewards, anchors, strict=True)):
@@ -315,10 +376,10 @@ def gigpo_advantages(
     if not step_key:
         return [[] for _ in range(n)]
     returns = torch.tensor(step_return, dtype=torch.float64)  # [M] every turn of the batch
-    _, inverse, counts, mean, std = group_stats(returns, torch.tensor(step_key))
-    step = returns - mean[inverse]
-    if norm == "mean_std":
-        step = step / (std[inverse] + eps)
+    keys_t = torch.tensor(step_key)
+    _, inverse, counts, _, _ = group_stats(returns, keys_t)
+    # The step advantage is relative by definition: "identity" still subtracts the mean.
+    step = group_normalize(returns, keys_t, "mean" if norm == "identity" else norm, eps=eps)
     step = torch.where(counts[inverse] > 1, step, torch.zeros_like(step))
     out, first = [], 0
     for i, rewards in enumerate(turn_rewards):
@@ -328,7 +389,7 @@ def gigpo_advantages(
     return out
 
 
-def _ids(group_ids: Sequence[Any]) -> list[int]:
+def ids_of(group_ids: Sequence[Any]) -> list[int]:
     """Any hashable group labels as integers (first come, first numbered)."""
     seen: dict[Any, int] = {}
     return [seen.setdefault(g, len(seen)) for g in group_ids]

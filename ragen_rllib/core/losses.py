@@ -28,7 +28,7 @@ __all__ = [
     "value_loss",
 ]
 
-LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 def aggregate_loss(
@@ -36,12 +36,17 @@ def aggregate_loss(
     mask: torch.Tensor,
     agg: str = "token-mean",
     denom: float | torch.Tensor | None = None,
+    norm_tokens: int | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss  # [B, T] -> scalar.
 
     * ``"token-mean"``: sum over masked tokens / number of masked tokens in the batch;
     * ``"seq-mean-token-sum"``: per-sequence sum, averaged over sequences;
-    * ``"seq-mean-token-mean"``: per-sequence masked mean, averaged over sequences.
+    * ``"seq-mean-token-mean"``: per-sequence masked mean, averaged over sequences;
+    * ``"seq-mean-token-sum-norm"``: per-sequence sum divided by the constant
+      ``norm_tokens`` (not by the sequence's own length, which favours short
+      answers when advantages are negative and long ones when positive: Dr. GRPO),
+      averaged over sequences.
     Sequences without any masked token are not counted. ``denom`` overrides the
     divisor (tokens, or sequences for the seq-mean modes), e.g. the whole batch's
     count when a batch is split into micro-batches whose losses are summed.
@@ -50,11 +55,15 @@ def aggregate_loss(
     x = torch.where(m, loss_tok, torch.zeros_like(loss_tok))
     if agg == "token-mean":
         total, count = x.sum(), m.sum()
-    elif agg in ("seq-mean-token-sum", "seq-mean-token-mean"):
+    elif agg in LOSS_AGGS:
         tokens = m.sum(dim=1)  # [B]
         per_seq = x.sum(dim=1)  # [B]
         if agg == "seq-mean-token-mean":
             per_seq = per_seq / tokens.clamp_min(1).to(per_seq.dtype)
+        elif agg == "seq-mean-token-sum-norm":
+            if not norm_tokens or norm_tokens < 1:
+                raise ValueError(f"{agg} needs norm_tokens >= 1, got {norm_tokens!r}")
+            per_seq = per_seq / norm_tokens
         total, count = per_seq.sum(), (tokens > 0).sum()
     else:
         raise ValueError(f"agg must be one of {LOSS_AGGS}, got {agg!r}")
@@ -72,6 +81,7 @@ def policy_loss(
     dual_clip: float | None = 3.0,
     agg: str = "token-mean",
     denom: float | torch.Tensor | None = None,
+    norm_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate with asymmetric clip and dual clip  # -> (loss, stats).
 
@@ -105,7 +115,7 @@ def policy_loss(
         cap = -adv * dual_clip
         dual_active = m & (adv < 0) & (cap < pg)
         pg = torch.where(adv < 0, torch.minimum(pg, cap), pg)
-    loss = aggregate_loss(pg, m, agg, denom)
+    loss = aggregate_loss(pg, m, agg, denom, norm_tokens)
 
     with torch.no_grad():
         n = m.sum().clamp_min(1).to(ratio.dtype)
