@@ -30,7 +30,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from .context import PROMPT_STYLES
 from .core.advantages import REWARD_NORM_METHODS
 from .core.filters import FILTER_DIRECTIONS, FILTER_METRICS, FILTER_STRATEGIES
-from .core.losses import LOSS_AGGS
+from .core.losses import KL_ESTIMATORS, LOSS_AGGS
 from .hub import load_hub_config
 
 ADVANTAGE_ESTIMATORS = (
@@ -153,7 +153,10 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "loss_agg": None,
     "entropy_coeff": 0.001,  # entropy bonus (paper 0.001)
     "kl_coeff": 0.0,  # KL to the frozen initial model (StarPO-S 0; vanilla StarPO 0.001)
-    "kl_estimator": "k3",  # "k1", "k2", "k3" or "abs"
+    # How the KL term is estimated per token (core.losses.kl_penalty says what each one's
+    # gradient is): "k3_st" (k3's low-variance value, the gradient of KL(pi || ref)),
+    # "k2", "k3" (the paper's; its gradient is the forward KL's), "k1", "abs".
+    "kl_estimator": "k3_st",
     "vf_clip": 0.5,  # value clipping range (paper 0.5); None: off
     "vf_loss_coeff": 1.0,  # weight of the critic loss
     "critic_lr": 1e-5,  # critic learning rate (paper 1e-5); the actor's is `lr`
@@ -253,7 +256,7 @@ _CHOICES = {
     "prompt_style": PROMPT_STYLES,
     "model_dtype": DTYPES,
     "rollout_device": ROLLOUT_DEVICES,
-    "kl_estimator": ("k1", "k2", "k3", "abs"),
+    "kl_estimator": KL_ESTIMATORS,
     "learner_strategy": ("ddp", "fsdp"),
     "grad_clip_by": ("value", "norm", "global_norm"),
 }

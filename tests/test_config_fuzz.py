@@ -82,7 +82,7 @@ CHOICES = {
     "prompt_style": ("full", "compact"),
     "model_dtype": ("float32", "bfloat16"),
     "rollout_device": ("auto", "cpu", "cuda"),
-    "kl_estimator": ("k1", "k2", "k3", "abs"),
+    "kl_estimator": ("k1", "k2", "k3", "k3_st", "abs"),
     "grad_clip_by": ("value", "norm", "global_norm"),
     "framework": ("torch",),
 }

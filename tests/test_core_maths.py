@@ -387,8 +387,32 @@ def test_kl_penalty_estimators():
     k3 = kl_penalty(logp, ref, "k3")
     torch.testing.assert_close(k3, (-d).exp() - 1 + d)
     assert torch.all(k3 >= 0) and k3[2] == 0
+    torch.testing.assert_close(kl_penalty(logp, ref, "k3_st"), k3)  # k3's value
     with pytest.raises(ValueError, match="k4"):
         kl_penalty(logp, ref, "k4")
+
+
+def test_kl_estimators_expected_gradients():
+    """The expected gradient of each estimator used as a loss on tokens y ~ pi (the
+    sampling not differentiated), computed exactly over a 5-token distribution."""
+    theta = torch.tensor([0.3, -1.2, 0.8, 0.0, -0.4], dtype=F64, requires_grad=True)
+    ref = torch.log_softmax(torch.tensor([1.0, 0.2, -0.5, 0.1, 0.0], dtype=F64), 0)
+
+    def expected_grad(kind):
+        logp = torch.log_softmax(theta, 0)
+        weights = logp.exp().detach()  # E over y ~ pi
+        (grad,) = torch.autograd.grad((weights * kl_penalty(logp, ref, kind)).sum(), theta)
+        return grad
+
+    logp = torch.log_softmax(theta, 0)
+    (reverse,) = torch.autograd.grad((logp.exp() * (logp - ref)).sum(), theta)  # KL(pi||ref)
+    logp = torch.log_softmax(theta, 0)
+    (forward,) = torch.autograd.grad((ref.exp() * (ref - logp)).sum(), theta)  # KL(ref||pi)
+    assert reverse.abs().max() > 0.05 and (reverse - forward).abs().max() > 0.05
+    torch.testing.assert_close(expected_grad("k1"), torch.zeros(5, dtype=F64))
+    torch.testing.assert_close(expected_grad("k2"), reverse)
+    torch.testing.assert_close(expected_grad("k3_st"), reverse)
+    torch.testing.assert_close(expected_grad("k3"), forward)
 
 
 @pytest.mark.parametrize("chunk", [1, 4, 10, 10_000])

@@ -225,3 +225,29 @@ print(json.dumps(out))
     for name, stats in out.items():
         assert math.isfinite(stats["policy_loss"]), name
         assert stats["gradients_actor_global_norm"] > 0, name
+
+
+def test_kl_to_the_reference_starts_at_zero_and_grows(tmp_path):
+    """kl_coeff > 0 loads the frozen reference model; at the first update the policy
+    is the reference (KL 0), and the KL grows as the policy moves away."""
+    script = """
+import json, ray
+from ragen_rllib.config import StarPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+config = StarPOConfig.from_user_dict({
+    "env": "ragen/Bandit-v0", "llm": "builtin", "env_groups": 4, "group_size": 4,
+    "max_turns": 1, "max_new_tokens": 24, "minibatch_size": 16, "filter_keep_ratio": 1.0,
+    "advantage_estimator": "grpo", "kl_coeff": 0.1, "lr": 3e-3, "seed": 2,
+    "prompt_style": "compact", "env_config": {"instructions": "compact"},
+})
+algo = config.build_algo()
+has_reference = algo.learner_group._learner._reference is not None
+kls = [algo.train()["learners"]["default_policy"]["kl_to_reference"] for _ in range(4)]
+algo.stop()
+print(json.dumps({"reference": has_reference, "kl": kls}))
+"""
+    out = _run_script(script, tmp_path)
+    assert out["reference"]
+    kl = out["kl"]
+    assert abs(kl[0]) < 1e-6, kl  # the first update starts from the reference itself
+    assert kl[-1] > 1e-4 and kl[-1] > kl[1] > kl[0], kl

@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from .advantages import masked_mean
 
 __all__ = [
+    "KL_ESTIMATORS",
     "LOSS_AGGS",
     "aggregate_loss",
     "entropy_from_logits",
@@ -176,11 +177,30 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logsm.exp() * logsm).sum(dim=-1)
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+KL_ESTIMATORS = ("k1", "k2", "k3", "k3_st", "abs")
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3_st") -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) on tokens sampled from pi  # [B, T].
 
-    With d = logp - ref_logp:  k1 = d;  abs = |d|;  k2 = 0.5 * d^2;
-    k3 = exp(-d) - 1 + d (unbiased like k1, but >= 0 and lower variance; Schulman 2020).
+    With d = logp - ref_logp (ref_logp has no gradient). As a loss term, what
+    matters is the expected gradient over tokens y ~ pi, with
+    g = grad log pi(y) and E_pi[g] = 0:
+
+    * ``k1 = d``: unbiased value; gradient E[g] = 0 in expectation, so the
+      penalty pulls nowhere (only noise).
+    * ``k2 = d^2 / 2``: biased value (>= 0); gradient E[d g], which IS the
+      gradient of KL(pi || pi_ref).
+    * ``k3 = exp(-d) - 1 + d``: unbiased, low-variance, >= 0 value (Schulman
+      2020); gradient E[(1 - pi_ref/pi) g] = -grad E_ref[log pi], the gradient
+      of the FORWARD divergence KL(pi_ref || pi), not of the one it estimates.
+    * ``k3_st``: k3's value with k2's gradient (straight-through: the value is
+      k3, what flows back is d g), so both the logged number and the pull are
+      those of KL(pi || pi_ref).
+    * ``abs = |d|``: gradient E[sign(d) g], no divergence's gradient.
+
+    The paper's runs used k3; k3_st is the default here because its gradient
+    matches the divergence it names.
     """
     d = logp - ref_logp.to(logp.dtype)
     if kind == "k1":
@@ -191,7 +211,10 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> 
         return 0.5 * d**2
     if kind == "k3":
         return torch.expm1(-d) + d
-    raise ValueError(f"kind must be 'k1', 'k2', 'k3' or 'abs', got {kind!r}")
+    if kind == "k3_st":
+        k2 = 0.5 * d**2
+        return (torch.expm1(-d) + d).detach() + (k2 - k2.detach())
+    raise ValueError(f"kind must be one of {KL_ESTIMATORS}, got {kind!r}")
 
 
 def _logp_entropy_chunk(
