@@ -178,6 +178,16 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # per row, attention stays within each), so no compute goes to padding. Rows that
     # share their prompt are encoded the shared way instead, when that saves more.
     "pack_sequences": True,
+    # --- LoRA (through peft) --------------------------------------------------------------
+    # Rank of the low-rank adapters on the actor and the critic (0: off, every weight
+    # trains; the paper's LoRA runs: 64, with alpha 64 on all linear layers and 10x the
+    # learning rates). Only the adapters train and travel to the rollout actors, which
+    # merge them into the base weights; the KL reference is the adapter switched off.
+    "lora_rank": 0,
+    "lora_alpha": 64.0,  # the update is scaled by lora_alpha / lora_rank
+    "lora_dropout": 0.0,
+    # "all-linear" (every linear layer but the LM head) or a list of module names.
+    "lora_target_modules": "all-linear",
     # --- actors and asynchrony --------------------------------------------------------
     # With num_env_runners = N >= 1 the N remote runners split the env_groups (P stays
     # the total). async_rollouts: the runners sample batch i+1 while the learner
@@ -356,6 +366,14 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "async_rollouts": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "gradient_checkpointing": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "pack_sequences": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "lora_rank": _int_at_least(0),
+    "lora_alpha": _number(lambda v: v > 0, "> 0"),
+    "lora_dropout": _number(lambda v: 0 <= v < 1, "in [0, 1)"),
+    "lora_target_modules": (
+        lambda v: v == "all-linear"
+        or (isinstance(v, list) and v and all(isinstance(m, str) and m for m in v)),
+        "must be 'all-linear' or a non-empty list of module names, e.g. [q_proj, v_proj]",
+    ),
     "max_tokens_per_microbatch": (
         lambda v: v is None or (is_int(v) and 1 <= v < _INT_LIMIT),
         "must be null (the whole minibatch in one pass) or an integer >= 1 and < 2**31",
@@ -477,6 +495,19 @@ class StarPOConfig(AlgorithmConfig):
             "temperature": self.temperature,
             "gradient_checkpointing": self.gradient_checkpointing,
             "pack_sequences": self.pack_sequences,
+            "lora": self.lora_settings(),
+        }
+
+    def lora_settings(self) -> dict[str, Any] | None:
+        """The LoRA settings as the module and the rollout actors take them (None: off)."""
+        if not self.lora_rank:
+            return None
+        target = self.lora_target_modules
+        return {
+            "rank": self.lora_rank,
+            "alpha": self.lora_alpha,
+            "dropout": self.lora_dropout,
+            "target_modules": target if isinstance(target, str) else list(target),
         }
 
     @classmethod
@@ -680,6 +711,13 @@ class StarPOConfig(AlgorithmConfig):
         self._check_estimator(bad)
         self._check_filter(bad)
         if self.learner_strategy == "fsdp":
+            if self.lora_rank:
+                raise bad(
+                    "lora_rank",
+                    "LoRA is not supported with learner_strategy 'fsdp' (frozen and trainable "
+                    "weights in one shard unit); use 'ddp', whose replicas hold only the "
+                    "adapters' optimizer state beside the model",
+                )
             if self.num_learners < 2:
                 raise bad(
                     "learner_strategy",

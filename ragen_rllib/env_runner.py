@@ -27,6 +27,7 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from .context import ChatFormat, Trajectory, render_turn, system_prompt_for, with_instructions
 from .engine import HFEngine, RolloutEngine, SamplingParams
 from .env_loading import actions_left_of, import_env_modules, make_env, success_of
+from .lora import AdapterMerger, LoraSettings
 from .metrics import rollout_metrics
 from .rl_module import ACTOR_PREFIX
 from .weights import from_wire, is_wire
@@ -125,6 +126,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             prefill=config.prefill,
         )
         self.engine = make_engine(config, self._model_path, self.tokenizer)
+        # LoRA: the learner sends adapters, merged here into the base weights.
+        self._lora = None
+        settings = LoraSettings.from_dict(config.lora_settings())
+        if settings is not None:
+            self._lora = AdapterMerger.from_pretrained(self._model_path, settings)
         self._envs: list[gym.Env] = []
         self._num_sample_calls = 0
         self.num_groups_sampled = 0  # lifetime, this runner (restarts from 0 with it)
@@ -207,6 +213,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             n = len(ACTOR_PREFIX)
             weights = {k[n:]: v for k, v in module_state.items() if k.startswith(ACTOR_PREFIX)}
             start = time.perf_counter()
+            if self._lora is not None:
+                weights = self._lora.merged(weights)
             self.engine.load_weights(weights, int(state.get(WEIGHTS_SEQ_NO, 0)))
             self.metrics.log_value("weights_load_s", time.perf_counter() - start, window=1)
         self._num_sample_calls = int(state.get("num_sample_calls", self._num_sample_calls))

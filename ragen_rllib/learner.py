@@ -121,7 +121,9 @@ class StarPOTorchLearner(TorchLearner):
         super().build()
         self._nonfinite_in_a_row = 0
         self._reference = None
-        if self.config.kl_coeff > 0:
+        # The KL reference is the initial model: under LoRA, the actor with its adapter
+        # disabled (see _reference_logp); otherwise a frozen copy.
+        if self.config.kl_coeff > 0 and not self.config.lora_rank:
             from transformers import AutoModelForCausalLM
 
             cfg = self.config.llm_module_config()
@@ -129,6 +131,30 @@ class StarPOTorchLearner(TorchLearner):
                 cfg["model_path"], dtype=getattr(torch, cfg["dtype"])
             ).to(self._device)
             self._reference.eval().requires_grad_(False)
+
+    def _parameter_counts(self, module_id: str) -> tuple[int, int]:
+        """(trainable, total) parameters of a module (under LoRA: adapters, value head)."""
+        counts = self.__dict__.setdefault("_counts", {})
+        if module_id not in counts:
+            module = self.module[module_id]
+            module = module.unwrapped() if hasattr(module, "unwrapped") else module
+            params = list(module.parameters())
+            counts[module_id] = (
+                sum(p.numel() for p in params if p.requires_grad),
+                sum(p.numel() for p in params),
+            )
+        return counts[module_id]
+
+    @torch.no_grad()
+    def _reference_logp(self, module_id: str, batch: dict[str, Any]) -> torch.Tensor:
+        """log-probabilities of the batch's tokens under the reference policy  # [B, T]."""
+        temperature = self.config.temperature or 1.0
+        if self._reference is not None:
+            return response_logprobs(self._reference, batch, temperature)["logp"]
+        module = self.module[module_id]
+        module = module.unwrapped() if hasattr(module, "unwrapped") else module
+        with module.actor.disable_adapter():  # LoRA: the base model is the reference
+            return response_logprobs(module.lm, batch, temperature)["logp"]
 
     # ----- FSDP ----------------------------------------------------------------------
     @property
@@ -291,6 +317,10 @@ class StarPOTorchLearner(TorchLearner):
                 self._loss_finite &= bool(torch.isfinite(loss))
                 totals[mid] = totals[mid] + loss if mid in totals else loss
         self._log_stats()
+        for mid in batch:  # every update, so every iteration's result holds them
+            trainable, total = self._parameter_counts(mid)
+            self.metrics.log_value((mid, "trainable_parameters"), trainable, window=1)
+            self.metrics.log_value((mid, "total_parameters"), total, window=1)
         gradients = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
         with contextlib.ExitStack() as stack:
             if ddp:
@@ -431,11 +461,8 @@ class StarPOTorchLearner(TorchLearner):
         total = pg_loss - config.entropy_coeff * entropy
         logs = {"policy_loss": pg_loss, "entropy": entropy, **stats}
 
-        if self._reference is not None:
-            with torch.no_grad():
-                ref_logp = response_logprobs(self._reference, batch, config.temperature or 1.0)[
-                    "logp"
-                ]
+        if config.kl_coeff > 0:
+            ref_logp = self._reference_logp(module_id, batch)
             kl = token_mean(kl_penalty(logp_new, ref_logp, kind=config.kl_estimator))
             total = total + config.kl_coeff * kl
             logs["kl_to_reference"] = kl

@@ -19,6 +19,7 @@ under the names the rollout model expects.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,9 +31,12 @@ from torch import nn
 
 from . import packing
 from .core.losses import selected_logprobs_and_entropy
+from .lora import LoraSettings, adapter_weights
+from .lora import wrap as wrap_lora
 from .packing import Packed, packed_hidden
 
 ACTOR_PREFIX = "actor."
+logger = logging.getLogger(__name__)
 
 
 def scored_positions(batch: dict[str, Any]) -> torch.Tensor:
@@ -202,9 +206,25 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             for net in (self.actor, getattr(self, "critic", None)):
                 if net is not None:
                     net.gradient_checkpointing_enable({"use_reentrant": False})
+        self.lora = LoraSettings.from_dict(cfg.get("lora"))
+        if self.lora is not None:
+            # Adapters on the actor (and the critic's transformer); the value head
+            # stays fully trainable.
+            self.actor = wrap_lora(self.actor, self.lora)
+            if self.has_critic:
+                self.critic = wrap_lora(self.critic, self.lora)
+        if not self.inference_only:
+            trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+            total = sum(p.numel() for p in self.parameters())
+            logger.info("LLM module: %d of %d parameters trainable", trainable, total)
+
+    @property
+    def lm(self) -> nn.Module:
+        """The actor's causal LM (under LoRA: the base model with its adapters in place)."""
+        return self.actor.get_base_model() if self.lora is not None else self.actor
 
     def _autocast(self):
-        device = next(self.actor.parameters()).device
+        device = next(self.lm.parameters()).device
         return torch.autocast(
             device_type=device.type,
             dtype=self.compute_dtype,
@@ -218,11 +238,12 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
     def critic_parameters(self) -> list[nn.Parameter]:
         if not self.has_critic:
             return []
-        return [*self.critic.parameters(), *self.value_head.parameters()]
+        critic = [p for p in self.critic.parameters() if p.requires_grad]
+        return [*critic, *self.value_head.parameters()]
 
     # ----- forward passes ---------------------------------------------------------
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
-        out = self.actor(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        out = self.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         return {"logits": out.logits}
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
@@ -233,7 +254,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
                 batch, self.temperature, self._autocast, share_prompts=False
             )
         else:
-            out = response_logprobs(self.actor, batch, self.temperature, self._autocast)
+            out = response_logprobs(self.lm, batch, self.temperature, self._autocast)
         if self.has_critic:
             out["values"] = self.compute_values(batch)
         return out
@@ -258,9 +279,13 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         """The actor's weights under the rollout model's names (no copy on the CPU).
 
         A tied LM head is left out: it is the embedding matrix, which the engine
-        already receives (for a 150k-token vocabulary, a fifth of a 0.5B model)."""
+        already receives (for a 150k-token vocabulary, a fifth of a 0.5B model).
+        Under LoRA only the adapter's matrices are returned; the rollout actor
+        merges them into the base weights it holds."""
         from .fsdp import full
 
+        if self.lora is not None:  # the adapters only: the engines hold the base model
+            return adapter_weights(self.actor)
         n = len(ACTOR_PREFIX)
         tied = bool(getattr(self.actor.config, "tie_word_embeddings", False))
         return {

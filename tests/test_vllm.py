@@ -207,6 +207,56 @@ def test_token_in_token_out_with_the_vllm_engine(runner):
     assert diff <= 1e-4, diff
 
 
+LORA_SCRIPT = """
+import json, torch
+from ragen_rllib.config import StarPOConfig
+from ragen_rllib.connectors import build_learner_pipeline
+from ragen_rllib.env_runner import LLMEnvRunner
+from ragen_rllib.rl_module import ACTOR_PREFIX, LLMRLModule
+cfg = StarPOConfig.from_user_dict({
+    "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "engine": "vllm",
+    "num_env_runners": 1, "vllm_kv_cache_gb": %(kv)s, "env_groups": 2, "group_size": 3,
+    "max_turns": 2, "max_new_tokens": 16, "max_context_tokens": 1024, "minibatch_size": 2,
+    "filter_keep_ratio": 1.0, "advantage_estimator": "grpo", "lora_rank": 4,
+    "lora_alpha": 8.0,
+})
+runner = LLMEnvRunner(config=cfg, worker_index=0)
+torch.manual_seed(0)
+module = LLMRLModule(observation_space=None, action_space=None,
+                     model_config=cfg.llm_module_config())
+with torch.no_grad():
+    for name, p in module.actor.named_parameters():
+        if "lora_B" in name:
+            p.normal_(std=0.05)
+sent = module.actor_weights()
+runner.set_state({"rl_module": {ACTOR_PREFIX + k: v for k, v in sent.items()},
+                  "weights_seq_no": 1})
+trajs = runner.sample()
+batch = build_learner_pipeline(cfg)(rl_module={"default_policy": module}, batch={},
+                                    episodes=trajs)["default_policy"]
+with torch.no_grad():
+    out = module.forward_train({k: torch.as_tensor(v) for k, v in batch.items()})
+mask = torch.as_tensor(batch["response_mask"]) > 0
+diff = (out["logp"] - torch.as_tensor(batch["old_logp"]))[mask].abs().max().item()
+print(json.dumps({"diff": diff, "adapter_only": all("lora_" in k for k in sent),
+                  "version": runner.engine.weights_version}))
+"""
+
+
+def test_lora_adapters_reach_the_vllm_engine_merged(tmp_path):
+    """Under LoRA only the adapter travels; the rollout actor merges it into the base
+    weights and the vLLM engine samples with the adapted policy (its log-probabilities
+    equal the learner's). In a process of its own, like the untied-head check."""
+    done = subprocess.run(
+        [sys.executable, "-c", LORA_SCRIPT % {"kv": KV_GB}], cwd=tmp_path,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["adapter_only"] and out["version"] == 1
+    assert out["diff"] <= 1e-3, out
+
+
 @pytest.mark.slow
 def test_the_bandit_example_learns_with_vllm_rollout_actors(tmp_path):
     """The README's main example through `rllib train file`, sampled asynchronously by
