@@ -138,10 +138,18 @@ class StarPO(Algorithm):
             self._launch_sample()
         self._log_freshness(batch or [])
         update_s = sync_s = 0.0
-        if batch:
+        learners = max(1, cfg.num_learners)
+        if batch and len(batch) >= learners:
             update_s, sync_s = self._update_and_sync(batch)
         else:  # every group dropped (env errors), filtered out or too stale
-            logger.warning("iteration %d: no trajectory left to train on", self.iteration + 1)
+            # (With several learners each needs a trajectory: they meet in every pass.)
+            logger.warning(
+                "iteration %d: %d trajectories left to train on, %d learner(s) need at "
+                "least one each; no update this iteration",
+                self.iteration + 1,
+                len(batch or []),
+                learners,
+            )
             self.metrics.log_value(("rollout", "empty_batches"), 1, reduce="sum")
         self._log_timing(step_start, waited, busy, update_s, sync_s)
 

@@ -363,7 +363,7 @@ def critic_values(module, input_ids, attention_mask, device, max_tokens) -> torc
     if any(is_sharded(p) for p in module.parameters()):
         # FSDP: each forward gathers the critic's layers from all learners, which must
         # therefore run as many passes as the learner with the most.
-        plan = fill_plan(plan, agreed_count(len(plan)))
+        plan = fill_plan(plan, agreed_count(len(plan), device))
     with torch.no_grad():
         for rows in plan:
             part = take_rows({"input_ids": ids, "attention_mask": attn}, rows or [0])

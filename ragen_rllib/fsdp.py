@@ -47,14 +47,14 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if is_sharded(tensor) else tensor
 
 
-def agreed_count(count: int) -> int:
+def agreed_count(count: int, device: torch.device | str = "cpu") -> int:
     """The largest ``count`` over all learners (one all-reduce; ``count`` alone when
-    there is no process group)."""
+    there is no process group). ``device``: the learner's (NCCL reduces GPU tensors)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return count
-    value = torch.tensor([count], dtype=torch.long)
+    value = torch.tensor([count], dtype=torch.long, device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return int(value.item())
 

@@ -21,7 +21,7 @@ import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from .core.batching import blank_rows, fill_plan, microbatch_rows, take_rows
+from .core.batching import fill_plan, microbatch_rows, take_rows
 from .core.losses import aggregate_loss, kl_penalty, policy_loss, value_loss
 from .rl_module import response_logprobs
 
@@ -116,6 +116,28 @@ class TrajectoryMinibatches:
                 yield MultiAgentBatch(parts, env_steps=max(len(p) for p in parts.values()))
 
 
+def _row_with_response(module_batch: dict[str, Any]) -> dict[str, Any]:
+    """One row of a minibatch that has a response token (the first), cut to its length."""
+    has = (module_batch["response_mask"] > 0).any(1)
+    row = int(torch.nonzero(has)[0]) if bool(has.any()) else 0
+    return take_rows(module_batch, [row])
+
+
+def _zero_weighted(fwd_out: dict[str, Any]) -> torch.Tensor:
+    """0 times every output of a forward pass: a backward pass through the whole model
+    (actor and critic) that adds nothing to any gradient."""
+    parts, todo = [], [fwd_out]
+    while todo:  # {module id: {name: tensor}}, nested
+        for value in todo.pop().values():
+            if isinstance(value, dict):
+                todo.append(value)
+            elif isinstance(value, torch.Tensor) and value.requires_grad:
+                parts.append(value.sum())
+    if not parts:
+        raise RuntimeError("a forward pass produced no output that needs a gradient")
+    return 0.0 * torch.stack(parts).sum()
+
+
 class StarPOTorchLearner(TorchLearner):
     def build(self) -> None:
         super().build()
@@ -154,7 +176,7 @@ class StarPOTorchLearner(TorchLearner):
         module = self.module[module_id]
         module = module.unwrapped() if hasattr(module, "unwrapped") else module
         with module.actor.disable_adapter():  # LoRA: the base model is the reference
-            return response_logprobs(module.lm, batch, temperature)["logp"]
+            return response_logprobs(module.lm, batch, temperature, module._autocast)["logp"]
 
     # ----- FSDP ----------------------------------------------------------------------
     @property
@@ -205,7 +227,8 @@ class StarPOTorchLearner(TorchLearner):
         return module_gradients_dict
 
     def _get_optimizer_state(self):
-        """FSDP: the optimizers' full state (gathered; every learner calls this)."""
+        """FSDP: the optimizers' full state, gathered on the CPU (every learner calls
+        this; the first, rank 0, gets the state and the others an empty one)."""
         if not self._fsdp:
             return super()._get_optimizer_state()
         from torch.distributed.checkpoint.state_dict import (
@@ -286,7 +309,7 @@ class StarPOTorchLearner(TorchLearner):
         if self._fsdp:  # every forward is a collective: all learners run the same count
             from .fsdp import agreed_count
 
-            steps = agreed_count(steps)
+            steps = agreed_count(steps, self._device)
             plans = {mid: fill_plan(plan, steps) for mid, plan in plans.items()}
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
@@ -294,12 +317,24 @@ class StarPOTorchLearner(TorchLearner):
         self._stats: dict[str, dict[str, list]] = {mid: {} for mid in batch}
         totals: dict[str, torch.Tensor] = {}
         fwd_out: dict[str, Any] = {}
+        blanks = 0
         for step in range(steps):
             micro = {
-                mid: take_rows(batch[mid], plan[step]) if plan[step] else blank_rows(batch[mid])
+                mid: take_rows(batch[mid], plan[step])
                 for mid, plan in plans.items()
                 if step < len(plan)
             }
+            # Several learners meet in every backward pass (and under FSDP in every
+            # forward), so a pass with nothing to learn from (an added pass, or rows
+            # without a response token) still runs the model, on a row that has one,
+            # with its loss multiplied by 0.
+            blank = ddp and any(
+                not len(m["response_mask"]) or not bool((m["response_mask"] > 0).any())
+                for m in micro.values()
+            )
+            if blank:
+                micro = {mid: _row_with_response(batch[mid]) for mid in micro}
+                blanks += 1
             for unit in self._sharded_units():  # FSDP: reduce-scatter on the last only
                 unit.set_requires_gradient_sync(step == steps - 1)
             with contextlib.ExitStack() as stack:
@@ -308,6 +343,9 @@ class StarPOTorchLearner(TorchLearner):
                         if isinstance(mod, torch.nn.Module) and hasattr(mod, "no_sync"):
                             stack.enter_context(mod.no_sync())
                 fwd_out = self.module.forward_train(micro)
+                if blank:
+                    _zero_weighted(fwd_out).backward()
+                    continue
                 losses = self.compute_losses(fwd_out=fwd_out, batch=micro)
                 total = sum(losses.values())
                 if isinstance(total, torch.Tensor) and total.grad_fn is not None:
@@ -318,6 +356,7 @@ class StarPOTorchLearner(TorchLearner):
                 totals[mid] = totals[mid] + loss if mid in totals else loss
         self._log_stats()
         for mid in batch:  # every update, so every iteration's result holds them
+            self.metrics.log_value((mid, "blank_passes"), blanks, window=1)
             trainable, total = self._parameter_counts(mid)
             self.metrics.log_value((mid, "trainable_parameters"), trainable, window=1)
             self.metrics.log_value((mid, "total_parameters"), total, window=1)

@@ -43,15 +43,6 @@ class LoraSettings:
     def scale(self) -> float:
         return self.alpha / self.rank
 
-    def as_dict(self) -> dict[str, Any]:
-        target = self.target_modules
-        return {
-            "rank": self.rank,
-            "alpha": self.alpha,
-            "dropout": self.dropout,
-            "target_modules": target if isinstance(target, str) else list(target),
-        }
-
     @classmethod
     def from_dict(cls, entry: dict[str, Any] | None) -> LoraSettings | None:
         if not entry:

@@ -90,7 +90,13 @@ def varlen_attention(
     q, k, v = rows(query), rows(key), rows(value)
     # Right padding: a real query's causal window holds only real keys, so no mask.
     out = F.scaled_dot_product_attention(
-        q, k, v, is_causal=True, scale=scaling, enable_gqa=k.shape[1] != q.shape[1]
+        q,
+        k,
+        v,
+        dropout_p=dropout,
+        is_causal=True,
+        scale=scaling,
+        enable_gqa=k.shape[1] != q.shape[1],
     )  # [R, heads, L, d]
     real = index < query.shape[2]
     flat = out.transpose(1, 2)[real]  # [N, heads, d], in packed order (row-major)
@@ -103,9 +109,14 @@ AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
 
 def enable(model) -> bool:
     """Switch a transformers model to this attention; False if it cannot take it
-    (no transformers attention interface, or layers other than full attention)."""
-    types = getattr(model.config, "layer_types", None) or ["full_attention"]
+    (no transformers attention interface, layers other than full attention, a
+    sliding window or a logit soft-cap, which this attention does not apply)."""
+    config = model.config
+    types = getattr(config, "layer_types", None) or ["full_attention"]
     if any(t != "full_attention" for t in types):
+        return False
+    window = getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    if window or getattr(config, "attn_logit_softcapping", None):
         return False
     try:
         model.set_attn_implementation(IMPLEMENTATION)

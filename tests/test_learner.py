@@ -10,7 +10,6 @@ import torch
 from ragen_rllib.config import StarPOConfig
 from ragen_rllib.connectors import build_learner_pipeline
 from ragen_rllib.core.batching import (
-    blank_rows,
     fill_plan,
     microbatch_rows,
     minibatch_plan,
@@ -19,6 +18,7 @@ from ragen_rllib.core.batching import (
 )
 from ragen_rllib.core.losses import token_logprobs_and_entropy
 from ragen_rllib.env_runner import LLMEnvRunner
+from ragen_rllib.learner import _zero_weighted
 from ragen_rllib.rl_module import LLMRLModule
 
 
@@ -69,13 +69,6 @@ def test_fill_plan_reaches_the_agreed_count_of_micro_batches():
     out = fill_plan([[0, 1], [2]], 5)
     assert out == [[0], [1], [2], [], []]
     assert fill_plan(plan, 2) == plan  # never shortened
-    batch = {
-        "input_ids": torch.arange(8).reshape(2, 4),
-        "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]),
-        "response_mask": torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1]]),
-    }
-    blank = blank_rows(batch)
-    assert blank["input_ids"].tolist() == [[0, 1, 2]] and blank["response_mask"].sum() == 0
 
 
 def test_take_rows_cuts_the_padding_of_its_rows():
@@ -87,6 +80,22 @@ def test_take_rows_cuts_the_padding_of_its_rows():
     part = take_rows(batch, [2, 1])
     assert part["input_ids"].tolist() == [[8, 9], [4, 5]]
     assert part["row_trajectory"].tolist() == [9, 8]
+    # The empty row list of a padded plan entry is an empty batch, not an error.
+    empty = take_rows(batch, [])
+    assert empty["input_ids"].shape == (0, 0) and empty["row_trajectory"].shape == (0,)
+
+
+def test_a_zero_weighted_pass_reaches_every_output_and_adds_nothing():
+    """The pass a learner adds to keep step with the others: a backward pass through
+    every output of RLlib's nested {module: {name: tensor}} forward, worth 0."""
+    w = torch.nn.Parameter(torch.ones(3))
+    v = torch.nn.Parameter(torch.ones(2))
+    out = {"default_policy": {"logp": w * 2, "values": v * 3, "count": 4}}
+    _zero_weighted(out).backward()
+    assert w.grad is not None and v.grad is not None
+    assert not w.grad.any() and not v.grad.any()
+    with pytest.raises(RuntimeError, match="no output that needs a gradient"):
+        _zero_weighted({"default_policy": {"logp": torch.ones(2)}})
 
 
 def test_shards_are_whole_trajectories_balanced_by_tokens():

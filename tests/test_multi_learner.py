@@ -34,18 +34,31 @@ def state(learner):
         {k: v.numpy() for k, v in m.get_state().items()},
         {k: g.detach().cpu().numpy() for k, g in grads.items()},
     )
-def states(algo):
-    out = algo.learner_group.foreach_learner(state)
+def states(algo, fn=state):
+    out = algo.learner_group.foreach_learner(fn)
     return [o.get() if hasattr(o, "get") else o for o in out]
+def flat(tree, prefix=""):
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}/{key}").items()}
+    if isinstance(tree, (list, tuple)):
+        return {k: v for i, sub in enumerate(tree) for k, v in flat(sub, f"{prefix}/{i}").items()}
+    if isinstance(tree, torch.Tensor):
+        return {prefix: tree.detach().cpu().float().numpy()}
+    return {prefix: np.asarray(tree, dtype=float)} if isinstance(tree, (int, float)) else {}
+def optimizer(learner):  # all learners call it; the first gathers every shard
+    return flat(learner._get_optimizer_state())
 def run(save=None, **over):
     algo = make(**over)
-    turns = algo.train()["rollout"]["num_turns_mean"]
+    result = algo.train()
+    turns = result["rollout"]["num_turns_mean"]
     out = states(algo)
     engine = {k: v.numpy().copy() for k, v in algo.env_runner.engine.model.state_dict().items()}
+    opt = states(algo, optimizer)[0] if save else None
     if save:
         algo.save_to_path(os.path.abspath(save))
     algo.stop()
-    return out, turns, engine
+    run.blank_passes = result["learners"]["default_policy"].get("blank_passes", 0)
+    return out, turns, engine, opt
 def compare(ref, others):
     (p0, g0) = ref
     return {
@@ -56,16 +69,23 @@ def compare(ref, others):
         ),
         "keys_equal": all(set(p0) == set(p) and set(g0) == set(g) for p, g in others),
     }
-(one,), turns, engine_one = run(num_learners=0)
-ddp, turns_ddp, _ = run(num_learners=2, max_tokens_per_microbatch=400)
-fsdp, turns_fsdp, engine_fsdp = run(
+(one,), turns, engine_one, _ = run(num_learners=0)
+ddp, turns_ddp, _, _ = run(num_learners=2, max_tokens_per_microbatch=400)
+fsdp, turns_fsdp, engine_fsdp, opt_saved = run(
     save="ckpt", num_learners=2, learner_strategy="fsdp", max_tokens_per_microbatch=400
 )
 restored = make(num_learners=2, learner_strategy="fsdp", max_tokens_per_microbatch=400)
 restored.restore_from_path(os.path.abspath("ckpt"))
 after = states(restored)
+opt_after = states(restored, optimizer)[0]
 next_turns = restored.train()["rollout"]["num_turns_mean"]
 restored.stop()
+# Critic-free, one row per turn and one row per micro-batch: the learners' shards have
+# different row counts, so one of them must add passes (loss x 0) to keep step.
+per_turn = dict(advantage_estimator="grpo", context_window=0, max_tokens_per_microbatch=1)
+(grpo_one,), _, _, _ = run(num_learners=0, **per_turn)
+grpo_fsdp, _, _, _ = run(num_learners=2, learner_strategy="fsdp", **per_turn)
+blank_passes = run.blank_passes
 start = AutoModelForCausalLM.from_pretrained(resolve_model("builtin"), dtype=torch.float32)
 moved = max(
     float(np.abs(one[0]["actor." + k] - v.detach().numpy()).max())
@@ -79,6 +99,12 @@ print(json.dumps({
         max(float(np.abs(fsdp[0][0][k] - p[k]).max()) for k in p) for p, _ in after
     ),
     "next_turns": next_turns,
+    "optimizer": {
+        "keys": sorted(opt_saved) == sorted(opt_after) and len(opt_saved) > 10,
+        "diff": max(float(np.abs(opt_saved[k] - opt_after[k]).max()) for k in opt_saved),
+        "moments": sum(float(np.abs(v).sum()) for k, v in opt_saved.items() if "exp_avg" in k),
+    },
+    "grpo_fsdp": compare(grpo_one, grpo_fsdp), "blank_passes": blank_passes,
 }))
 """
 
@@ -108,4 +134,9 @@ def test_two_learners_take_the_step_of_one_on_a_multi_turn_batch(tmp_path):
         assert diff["param"] <= 0.05 * 1e-4, (strategy, out)
     assert out["engine"] <= 0.05 * 1e-4  # the engine holds the gathered FSDP weights
     assert out["restored"] == 0.0  # each restored learner holds exactly the saved state
+    assert out["optimizer"]["keys"] and out["optimizer"]["moments"] > 0, out["optimizer"]
+    assert out["optimizer"]["diff"] == 0.0  # and exactly the saved AdamW moments
     assert out["next_turns"] > 0
+    # Passes added to even out the FSDP learners' counts change nothing.
+    assert out["blank_passes"] > 0, out
+    assert out["grpo_fsdp"]["grad"] <= 1e-4 and out["grpo_fsdp"]["param"] <= 0.05 * 1e-4, out

@@ -106,7 +106,7 @@ def fill_plan(plan: list[list[int]], count: int) -> list[list[int]]:
 def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Tensor]:
     """The given rows of a [R, ...] batch, with the token axis cut to their longest
     row (rows are right-padded)."""
-    index = torch.as_tensor(rows, device=batch["input_ids"].device)
+    index = torch.as_tensor(rows, dtype=torch.long, device=batch["input_ids"].device)
     width = batch["input_ids"].shape[1]
     keep = int(batch["attention_mask"][index].sum(1).max()) if rows else 0
     out = {}
@@ -117,10 +117,3 @@ def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torc
         out[key] = value
     return out
 
-
-def blank_rows(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """One row of ``batch`` with no response token: a micro-batch that runs the model
-    (and any collective calls in it) and adds nothing to the loss or gradients."""
-    out = take_rows(batch, [0])
-    out["response_mask"] = torch.zeros_like(out["response_mask"])
-    return out
