@@ -126,7 +126,9 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # its discounted return (discount gigpo_gamma) relative to its step group.
     "gigpo_gamma": 0.95,
     "gigpo_step_weight": 1.0,
-    "whiten_advantages": False,  # whiten GAE advantages over the batch's tokens
+    # Whiten the GAE (and bi-level GAE) advantages over the batch's response tokens, as
+    # the paper's reference code does; without it, PPO collapsed on the CPU ablation.
+    "whiten_advantages": True,
     # Rollout filtering (StarPO-S; RAGEN-2's strategies): groups are scored by the spread
     # of their trajectory rewards (filter_metric: "reward_std", or "reward_variance" as
     # in RAGEN-2), ordered highest first (filter_direction "largest"; "smallest" is an

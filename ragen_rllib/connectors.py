@@ -343,8 +343,12 @@ class ComputeAdvantages(ConnectorV2):
             advantages, returns = adv.bilevel_gae(
                 turn_rewards, stream_values, turn_end, stream_mask, g_turn, l_turn, g_tok, l_tok
             )
-        if self.whiten:
-            advantages = adv.masked_whiten(advantages, stream_mask)
+        if self.whiten:  # over the whole batch, also when learners hold parts of it
+            from .fsdp import summed_over_learners
+
+            advantages = adv.masked_whiten(
+                advantages, stream_mask, reduce_sum=lambda t: summed_over_learners(t, device)
+            )
         cols["advantages"] = from_stream(advantages, index, mask.shape).numpy().astype(np.float32)
         cols["value_targets"] = from_stream(returns, index, mask.shape).numpy().astype(np.float32)
         cols["old_values"] = values.numpy().astype(np.float32)

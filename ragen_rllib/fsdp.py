@@ -59,6 +59,18 @@ def agreed_count(count: int, device: torch.device | str = "cpu") -> int:
     return int(value.item())
 
 
+def summed_over_learners(tensor: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``tensor`` summed over all learners (one all-reduce; ``tensor`` itself when
+    there is no process group). ``device``: the learner's (NCCL reduces GPU tensors)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return tensor
+    value = tensor.to(device)
+    dist.all_reduce(value)
+    return value.to(tensor.device)
+
+
 def shard_module(module, param_dtype: torch.dtype | None = None) -> None:
     """Apply FSDP2 to an ``LLMRLModule`` in place (see the module docstring)."""
     from torch.distributed.fsdp import (

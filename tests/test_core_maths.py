@@ -247,6 +247,12 @@ def test_broadcast_masked_mean_and_whiten():
     assert torch.all(w[mask == 0] == 0)
     assert abs(w[mask == 1].mean().item()) < 1e-6
     assert abs(w[mask == 1].std(unbiased=True).item() - 1.0) < 1e-5
+    # Two learners holding one part each: the statistics are the whole batch's. Here
+    # both parts are x, so summing over the learners doubles every partial sum.
+    both = masked_whiten(torch.cat([x, x]), torch.cat([mask, mask]))
+    parts = masked_whiten(x, mask, reduce_sum=lambda t: 2 * t)
+    assert torch.allclose(parts, both[:2], atol=1e-6)
+    assert not torch.allclose(parts, masked_whiten(x, mask), atol=1e-3)  # n - 1 differs
 
 
 # ----- policy loss ---------------------------------------------------------------------

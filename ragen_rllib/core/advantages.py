@@ -22,7 +22,7 @@ only the ``mask == 1`` tokens and skips the others as if they were not there.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -41,22 +41,32 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 
 def masked_whiten(
-    x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+    reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) over the masked tokens of the whole batch; 0 outside.
 
     The variance is the sample (Bessel-corrected, n - 1) variance, like the group std
     of ``group_normalize``. With ``shift_mean=False`` the mean is added back (scale only).
+    ``reduce_sum``: when several learners each hold part of the batch, a function that
+    sums a tensor over all of them, so that the mean and variance are the whole
+    batch's (None: ``x`` is the whole batch).
     """
+    total = reduce_sum or (lambda t: t)
     m = mask.bool()
-    mean = masked_mean(x, m)
-    n = m.sum().to(x.dtype)
-    centred = torch.where(m, x - mean, torch.zeros_like(x))
-    var = (centred**2).sum() / (n - 1).clamp_min(1)
+    zero = torch.zeros_like(x)
+    n, s = total(torch.stack([m.sum().double(), torch.where(m, x, zero).sum().double()]))
+    mean = (s / n.clamp_min(1)).to(x.dtype)
+    centred = torch.where(m, x - mean, zero)
+    squares = total((centred.double() ** 2).sum().reshape(1))[0]
+    var = (squares / (n - 1).clamp_min(1)).to(x.dtype)
     out = centred * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean
-    return torch.where(m, out, torch.zeros_like(out))
+    return torch.where(m, out, zero)
 
 
 # ----- rewards -------------------------------------------------------------------------
