@@ -47,28 +47,39 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if is_sharded(tensor) else tensor
 
 
-def agreed_count(count: int, device: torch.device | str = "cpu") -> int:
-    """The largest ``count`` over all learners (one all-reduce; ``count`` alone when
-    there is no process group). ``device``: the learner's (NCCL reduces GPU tensors)."""
+def learner_count() -> int:
+    """How many learners share the process group (1 without one)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return count
-    value = torch.tensor([count], dtype=torch.long, device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return int(value.item())
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _reduced(tensor: torch.Tensor, device: torch.device | str, op) -> torch.Tensor:
+    """``tensor`` reduced over all learners with ``op`` (one all-reduce on ``device``;
+    ``tensor`` itself with a single learner)."""
+    import torch.distributed as dist
+
+    if learner_count() < 2:
+        return tensor
+    value = tensor.to(device)
+    dist.all_reduce(value, op=op)
+    return value.to(tensor.device)
+
+
+def agreed_count(count: int, device: torch.device | str = "cpu") -> int:
+    """The largest ``count`` over all learners. ``device``: the learner's (NCCL
+    reduces GPU tensors)."""
+    import torch.distributed as dist
+
+    return int(_reduced(torch.tensor([count]), device, dist.ReduceOp.MAX).item())
 
 
 def summed_over_learners(tensor: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
-    """``tensor`` summed over all learners (one all-reduce; ``tensor`` itself when
-    there is no process group). ``device``: the learner's (NCCL reduces GPU tensors)."""
+    """``tensor`` summed over all learners. ``device``: the learner's (NCCL reduces
+    GPU tensors)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return tensor
-    value = tensor.to(device)
-    dist.all_reduce(value)
-    return value.to(tensor.device)
+    return _reduced(tensor, device, dist.ReduceOp.SUM)
 
 
 def shard_module(module, param_dtype: torch.dtype | None = None) -> None:

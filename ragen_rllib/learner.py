@@ -328,10 +328,7 @@ class StarPOTorchLearner(TorchLearner):
             # forward), so a pass with nothing to learn from (an added pass, or rows
             # without a response token) still runs the model, on a row that has one,
             # with its loss multiplied by 0.
-            blank = ddp and any(
-                not len(m["response_mask"]) or not bool((m["response_mask"] > 0).any())
-                for m in micro.values()
-            )
+            blank = ddp and any(not bool((m["response_mask"] > 0).any()) for m in micro.values())
             if blank:
                 micro = {mid: _row_with_response(batch[mid]) for mid in micro}
                 blanks += 1
@@ -371,13 +368,12 @@ class StarPOTorchLearner(TorchLearner):
 
     def _set_denominators(self, module_id: str, module_batch: dict[str, Any]) -> None:
         """The minibatch's response tokens and sequences, summed over the learners."""
+        from .fsdp import learner_count, summed_over_learners
+
         mask = module_batch["response_mask"] > 0
         counts = torch.stack([mask.sum(), mask.any(dim=1).sum()]).double()
-        world = 1
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            world = torch.distributed.get_world_size()
-            if world > 1:
-                torch.distributed.all_reduce(counts)
+        counts = summed_over_learners(counts, counts.device)
+        world = learner_count()
         self._denoms = {
             "tokens": counts[0].clamp_min(1).float(),
             "sequences": counts[1].clamp_min(1).float(),
