@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
-    from ragen_rllib.cli import build_config, load_experiments
+    from ragen_rllib.cli.experiments import build_config, load_experiments
 
     name, exp = next(iter(load_experiments(args.file).items()))
     overrides = json.loads(args.config) if args.config else {}

@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from ragen_rllib.config import StarPOConfig
-    from ragen_rllib.core.batching import microbatch_rows
-    from ragen_rllib.env_runner import LLMEnvRunner
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+    from ragen_rllib.maths.batching import microbatch_rows
 
     def config(micro, pack=True):
         return StarPOConfig.from_user_dict(
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 total += sum(part[i] for i in rows) if pack else len(rows) * longest
         return total
 
-    from ragen_rllib import rl_module
+    from ragen_rllib.rl_module import scoring
 
     settings = {  # name: (micro-batch budget, packing, shared prompts)
         "padded": (None, False, False),
@@ -97,17 +97,17 @@ def main(argv: list[str] | None = None) -> int:
         learner = config(micro, pack).build_learner(spaces=spaces)
         learner.build()
         learners[name] = learner
-    shared_saving = rl_module.MIN_SHARED_SAVING
+    shared_saving = scoring.MIN_SHARED_SAVING
     best: dict[str, float] = {}
     for _ in range(args.repeats):
         for name, learner in learners.items():
             # Shared prompts off: a saving above 100% is never reached.
-            rl_module.MIN_SHARED_SAVING = shared_saving if settings[name][2] else 2.0
+            scoring.MIN_SHARED_SAVING = shared_saving if settings[name][2] else 2.0
             start = time.perf_counter()
             learner.update(episodes=trajs, minibatch_size=args.minibatch_size, num_epochs=1)
             seconds = time.perf_counter() - start
             best[name] = min(best.get(name, seconds), seconds)
-    rl_module.MIN_SHARED_SAVING = shared_saving
+    scoring.MIN_SHARED_SAVING = shared_saving
     rows = {
         name: {
             "update_s": round(best[name], 2),

@@ -51,7 +51,7 @@ def build_model(path: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ragen_rllib.builtin_model import resolve_model
+    from ragen_rllib.models.resolve import resolve_model
 
     config = AutoConfig.from_pretrained(resolve_model("builtin"))  # a Qwen2 config
     for key, value in QWEN_05B.items():
@@ -65,10 +65,10 @@ def build_model(path: str) -> None:
 def run_setting(model_path: str, name: str, prompt: int, response: int) -> dict:
     import torch
 
-    from ragen_rllib import rl_module
-    from ragen_rllib.config import StarPOConfig
-    from ragen_rllib.core.losses import token_logprobs_and_entropy
-    from ragen_rllib.env_runner import token_spaces
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.env_runner.llm_env_runner import token_spaces
+    from ragen_rllib.maths.losses import token_logprobs_and_entropy
+    from ragen_rllib.rl_module import llm_rl_module as rl_module
 
     setting = SETTINGS[name]
     if setting["old"]:
@@ -108,10 +108,8 @@ def run_setting(model_path: str, name: str, prompt: int, response: int) -> dict:
     batch = {
         "input_ids": torch.randint(0, QWEN_05B["vocab_size"], (n, length), generator=g),
         "attention_mask": torch.ones((n, length), dtype=torch.long),
-        "response_mask": torch.cat(
-            [torch.zeros((n, prompt)), torch.ones((n, response))], dim=1
-        ),
-        "old_logp": torch.full((n, length), -5.0),
+        "response_mask": torch.cat([torch.zeros((n, prompt)), torch.ones((n, response))], dim=1),
+        "behaviour_logp": torch.full((n, length), -5.0),
         "advantages": torch.randn((n, length), generator=g),
     }
     batch = {k: v.to(device) for k, v in batch.items()}

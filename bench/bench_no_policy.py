@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from ragen_rllib.config import StarPOConfig
-    from ragen_rllib.env_runner import LLMEnvRunner
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 
     rows = []
     head = ["env", "random 1-3", "random 1-5"] + [f"model T={t}" for t in args.temperatures]

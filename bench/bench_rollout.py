@@ -45,8 +45,8 @@ def naive_episode(runner, seed: int, params, sample_seed: int) -> NaiveEpisode:
     is tokenized again and handed to ``generate``, which encodes it from scratch."""
     import torch
 
-    from ragen_rllib.context import render_turn, with_instructions
-    from ragen_rllib.env_loading import actions_left_of
+    from ragen_rllib.env_runner.env_loading import actions_left_of
+    from ragen_rllib.env_runner.prompts import render_turn, with_instructions
 
     cfg, chat, tok = runner.config, runner.chat, runner.tokenizer
     model = runner.engine.model
@@ -107,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from ragen_rllib.config import StarPOConfig
-    from ragen_rllib.engine import SamplingParams
-    from ragen_rllib.env_runner import LLMEnvRunner, training_group_seeds
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.engines.base import SamplingParams
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+    from ragen_rllib.maths.seeding import training_group_seeds
 
     config = StarPOConfig.from_user_dict(
         {

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
 
-    from ragen_rllib.cli import build_config, load_experiments
+    from ragen_rllib.cli.experiments import build_config, load_experiments
 
     name, exp = next(iter(load_experiments(args.file).items()))
     config, grid = build_config(exp, json.loads(args.config) if args.config else {})

@@ -48,9 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from ragen_rllib.config import StarPOConfig
-    from ragen_rllib.env_runner import LLMEnvRunner, training_group_seeds
-    from ragen_rllib.vllm_engine import VLLMEngine
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.engines.vllm_engine import VLLMEngine
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+    from ragen_rllib.maths.seeding import training_group_seeds
 
     config = StarPOConfig.from_user_dict(
         {

@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from ragen_rllib.builtin_model import resolve_model
-    from ragen_rllib.config import StarPOConfig
-    from ragen_rllib.env_runner import LLMEnvRunner
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+    from ragen_rllib.models.resolve import resolve_model
 
     groups, size, new_tokens = 8, 16, 32
     ray.init(num_cpus=args.threads, include_dashboard=False, log_to_driver=False)

@@ -38,7 +38,7 @@ QWEN_05B_SHAPE = {
 
 def model_dir(name: str, root: str) -> str:
     if name == "builtin":
-        from ragen_rllib.builtin_model import resolve_model
+        from ragen_rllib.models.resolve import resolve_model
 
         return resolve_model("builtin")
     import torch
@@ -61,14 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ragen_rllib.weights import from_wire, to_wire
+    from ragen_rllib.distributed.wire import from_wire, to_wire
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
     @ray.remote(num_cpus=1)
     class Runner:
         def __init__(self, path: str):
-            from ragen_rllib.engine import HFEngine
+            from ragen_rllib.engines.hf_engine import HFEngine
 
             self.engine = HFEngine(path, eos_token_id=0, pad_token_id=0)
 

@@ -81,8 +81,15 @@ from ragen_envs.frozenlake import shortest_path
 from ragen_envs.sokoban import MOVES as SOKO_MOVES
 from ragen_envs.sokoban import SokobanState
 from ragen_envs.sokoban_solver import solve
-from ragen_rllib.builtin_model import BuiltinSpec, build_model, build_tokenizer, build_vocab
-from ragen_rllib.context import ChatFormat, first_user_text, system_prompt_for
+from ragen_rllib.env_runner.prompts import (
+    ChatFormat,
+    render_turn,
+    system_prompt_for,
+    with_instructions,
+)
+from ragen_rllib.models.builtin import build_model
+from ragen_rllib.models.spec import BuiltinSpec
+from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
 
 ENVS = {"frozenlake": "ragen/FrozenLakeNoSlip-v0", "sokoban": "ragen/SimpleSokoban-v0"}
 MOVES = ("Up", "Down", "Left", "Right")
@@ -159,7 +166,8 @@ class Renderer:
     def __call__(self, env, obs: str, info: dict) -> list[int]:
         if self.style == "grid":
             return self.tok.encode(obs, add_special_tokens=False) + self.head
-        text = first_user_text(env, obs, info["actions_left"], self.framing)
+        first = render_turn(1, obs, info["actions_left"], None, self.framing)
+        text = with_instructions(env, first, self.framing)
         return self.fmt.prompt_ids(text) + self.head
 
 
@@ -168,7 +176,7 @@ def make_model(args, tokenizer):
     if args.init != "raw":
         from transformers import AutoModelForCausalLM
 
-        from ragen_rllib.builtin_model import resolve_model
+        from ragen_rllib.models.resolve import resolve_model
 
         path = resolve_model(args.init)
         print(f"--init {args.init}: {path}; architecture flags ignored")

@@ -2,7 +2,9 @@
 
 ``StarPOConfig`` and ``StarPO`` are the entry points; ``register_with_tune()``
 makes ``"StarPO"`` usable by name in ``tune.Tuner`` (``rllib train file``
-calls it for you).
+calls it for you). The package is laid out by RLlib role: ``algorithms/starpo``,
+``connectors``, ``learner``, ``rl_module``, ``env_runner``, ``engines``,
+``distributed``, ``models`` and the pure ``maths``.
 """
 
 from __future__ import annotations
@@ -13,19 +15,15 @@ __all__ = ["StarPO", "StarPOConfig", "register_with_tune"]
 def register_with_tune() -> None:
     from ray import tune
 
-    from .algorithm import StarPO
+    from ragen_rllib.algorithms.starpo.starpo import StarPO
 
     tune.register_trainable("StarPO", StarPO)
 
 
 def __getattr__(name: str):
-    # Lazy, so that `import ragen_rllib.context` does not pull in Ray.
-    if name == "StarPO":
-        from .algorithm import StarPO
+    # Lazy, so that `import ragen_rllib.maths` does not pull in Ray.
+    if name in ("StarPO", "StarPOConfig"):
+        from ragen_rllib.algorithms.starpo import starpo
 
-        return StarPO
-    if name == "StarPOConfig":
-        from .config import StarPOConfig
-
-        return StarPOConfig
+        return getattr(starpo, name)
     raise AttributeError(name)

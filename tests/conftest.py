@@ -1,11 +1,82 @@
-"""Test-wide settings: the built-in model is cached in one temporary folder per session,
-so tests never read or write the user's ~/.cache."""
+"""Test-wide settings and shared helpers.
+
+The built-in model is cached in one temporary folder per session, so tests never
+read or write the user's ~/.cache. The helpers below are plain functions that test
+files import (``from conftest import ...``): a tiny StarPO config, a private-HOME
+environment for subprocesses, and a runner for scripts that print JSON.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+#: The smallest config most tests start from: the Bandit, one turn, 2 groups of 2.
+#: Tests that need other values pass them as overrides; tests that write YAML or a
+#: subprocess script take the plain dict from :func:`tiny_dict`.
+TINY: dict[str, Any] = {
+    "env": "ragen/Bandit-v0",
+    "llm": "builtin-raw",
+    "env_groups": 2,
+    "group_size": 2,
+    "max_turns": 1,
+    "max_new_tokens": 12,
+    "minibatch_size": 4,
+    "filter_keep_ratio": 1.0,
+    "advantage_estimator": "grpo",
+}
+
+
+def tiny_dict(**overrides: Any) -> dict[str, Any]:
+    """:data:`TINY` with ``overrides``, as a plain dict (a new one every call)."""
+    return {**TINY, **overrides}
+
+
+def tiny_config(**overrides: Any):
+    """A ``StarPOConfig`` from :func:`tiny_dict` (``from_user_dict``, so keys are checked)."""
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+
+    return StarPOConfig.from_user_dict(tiny_dict(**overrides))
+
+
+def private_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment for a subprocess: this one's, with a private HOME under ``tmp``
+    (keeps ~/ray_results and Ray's files out of the user's home), unbuffered output,
+    and ``extra`` variables."""
+    return {**os.environ, "HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def run_script(
+    script: str,
+    tmp: Path,
+    *,
+    timeout: float = 900,
+    env: Mapping[str, str] | None = None,
+    define: Mapping[str, Any] | None = None,
+) -> Any:
+    """Run ``script`` with ``python -c`` in ``tmp`` (a fresh process, its own Ray) and
+    return its last stdout line parsed as JSON. ``env``: the process's environment,
+    :func:`private_env` of ``tmp`` by default. ``define``: names bound, before the
+    script runs, to their values' ``repr`` (a config dict, say). A non-zero exit
+    fails the test with the tail of stderr."""
+    head = "".join(f"{name} = {value!r}\n" for name, value in (define or {}).items())
+    proc = subprocess.run(
+        [sys.executable, "-c", head + script],
+        cwd=tmp,
+        env=dict(private_env(tmp) if env is None else env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,41 +4,28 @@ runner killed mid-run."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_script, tiny_dict
 
 pytestmark = pytest.mark.slow
 
+# Each script starts with this; BASE (the config dict) is bound by _run.
 PRELUDE = """
 import json, os, signal, time, ray
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=3, include_dashboard=False)
 def make(**over):
-    cfg = {
-        "env": "ragen/Bandit-v0", "llm": "builtin-raw", "env_groups": 3, "group_size": 2,
-        "max_turns": 1, "max_new_tokens": 12, "minibatch_size": 2, "filter_keep_ratio": 1.0,
-        "advantage_estimator": "grpo", "seed": 5,
-    }
-    cfg.update(over)
-    return StarPOConfig.from_user_dict(cfg).build_algo()
+    return StarPOConfig.from_user_dict({**BASE, **over}).build_algo()
 def runners(algo, fn):
     return algo.env_runner_group.foreach_env_runner(fn, local_env_runner=False)
 """
 
 
 def _run(script: str, tmp: Path):
-    env = {**os.environ, "HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELUDE + script], cwd=tmp, env=env,
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    base = tiny_dict(env_groups=3, minibatch_size=2, seed=5)
+    return run_script(PRELUDE + script, tmp, timeout=900, define={"BASE": base})
 
 
 def test_remote_runners_split_the_groups_and_the_seed_stream_is_checkpointed(tmp_path):
@@ -110,7 +97,7 @@ deadline = time.time() + 120
 while algo.env_runner_group.num_healthy_remote_env_runners() < 2 and time.time() < deadline:
     algo.train()
     time.sleep(0.5)
-versions = sorted(runners(algo, lambda r: (r.worker_index, r.engine.weights_version, os.getpid())))
+versions = sorted(runners(algo, lambda r: (r.worker_index, r.engine.policy_version, os.getpid())))
 rows.append([failures, versions, pids[2], algo._policy_version])
 print(json.dumps(rows))
 """,

@@ -2,12 +2,12 @@
 
 import pytest
 
-from ragen_rllib.buffer import FreshnessBuffer
-from ragen_rllib.context import Trajectory
+from ragen_rllib.algorithms.starpo.buffer import FreshnessBuffer
+from ragen_rllib.env_runner.trajectory import Trajectory
 
 
 def batch(version: int, n: int = 2) -> list[Trajectory]:
-    return [Trajectory(env_id="e", seed=i, group=0, weights_version=version) for i in range(n)]
+    return [Trajectory(env_id="e", seed=i, group=0, policy_version=version) for i in range(n)]
 
 
 def test_a_batch_is_handed_out_online_k_times_then_dropped():
@@ -34,12 +34,12 @@ def test_trajectories_older_than_the_lag_bound_are_dropped_and_counted():
     buf.add(batch(6))
     assert buf.has_fresh(6)
     out = buf.sample(policy_version=6)  # lags 3 (dropped) and 1 (kept)
-    assert [t.weights_version for t in out] == [5, 5]
+    assert [t.policy_version for t in out] == [5, 5]
     assert max(t.policy_lag for t in out) <= 1 and buf.num_dropped_stale == 2
     # A batch with nothing fresh left is skipped entirely, counted, never returned.
     buf.add(batch(2))
     out = buf.sample(policy_version=7)  # the version-6 batch (lag 1) first
-    assert [t.weights_version for t in out] == [6, 6]
+    assert [t.policy_version for t in out] == [6, 6]
     assert buf.sample(policy_version=7) is None and buf.num_dropped_stale == 4
 
 
@@ -61,7 +61,7 @@ def test_bad_bounds_are_rejected():
 def test_weights_travel_as_arrays_and_come_back_bit_exact():
     import torch
 
-    from ragen_rllib.weights import from_wire, is_wire, to_wire
+    from ragen_rllib.distributed.wire import from_wire, is_wire, to_wire
 
     state = {"a": torch.randn(3, 4), "b": torch.randn(5).to(torch.bfloat16)}
     wire = to_wire(state)

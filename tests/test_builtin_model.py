@@ -14,27 +14,34 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import ragen_envs
-from ragen_rllib import builtin_build
-from ragen_rllib.builtin_build import INFO_FILE, PACKAGED_DIR, file_digests, packaged_model
-from ragen_rllib.builtin_model import (
-    BuiltinSpec,
-    _Corpus,
-    _random_answer,
-    build_key,
-    build_tokenizer,
-    build_vocab,
-    builtin_model_dir,
-    format_valid_rate,
-    get_builtin_model,
-    resolve_model,
-)
-from ragen_rllib.context import (
+from ragen_rllib.env_runner.prompts import (
     SYSTEM_PROMPT,
     ChatFormat,
-    first_user_text,
     render_turn,
     system_prompt_for,
+    with_instructions,
 )
+from ragen_rllib.models import build as builtin_build
+from ragen_rllib.models.builtin import (
+    INFO_FILE,
+    PACKAGED_DIR,
+    build_key,
+    cached_model_dir,
+    file_digests,
+    get_builtin_model,
+    packaged_model,
+)
+from ragen_rllib.models.quality import format_valid_rate
+from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.models.spec import BuiltinSpec
+from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
+from ragen_rllib.models.transcripts import FILLER_WORDS, TranscriptCorpus, random_answer
+
+
+def first_user_text(env, obs, actions_left, style="full"):
+    """The first user message, as the env runner renders it."""
+    return with_instructions(env, render_turn(1, obs, actions_left, None, style), style)
+
 
 FILES = (
     "config.json",
@@ -45,7 +52,10 @@ FILES = (
 )
 # A short pretraining: enough to check determinism, not to learn anything.
 TINY = BuiltinSpec(
-    pretrain_steps=3, pretrain_batch=4, pretrain_snapshots=4, pretrain_chunk_tokens=600,
+    pretrain_steps=3,
+    pretrain_batch=4,
+    pretrain_snapshots=4,
+    pretrain_chunk_tokens=600,
     pretrain_max_turns=2,
 )
 
@@ -173,20 +183,48 @@ def test_compact_prompt_style(tokenizer):
 
 # ----- the pretraining corpus -------------------------------------------------------
 def test_pretraining_answers_act_at_random_whatever_the_state():
+    """random_answer draws one to three actions, each uniform over the four moves,
+    and a few filler words: over many draws in two lake states, the moves come
+    with frequency 1/4 in each state, and the two states' frequencies agree."""
     lake = gym.make("ragen/FrozenLakeNoSlip-v0").unwrapped
-    answers = []
+    rng = np.random.default_rng(7)  # one stream: the states' draws are independent
+    draws, states, moves, counts = 3000, [], [], []
     for seed in (0, 1):
         obs, _ = lake.reset(seed=seed)
-        answers.append(_random_answer(np.random.default_rng(7), lake))
-    parsed = [
-        ragen_envs.parse_answer("<think>" + a, lake.action_names, lake.parser) for a in answers
-    ]
-    # The same draws give the same answer in another state: no policy.
-    assert answers[0] == answers[1] and parsed[0].is_valid
+        states.append(obs)
+        move_counts, count_counts = dict.fromkeys(lake.action_names, 0), {1: 0, 2: 0, 3: 0}
+        for _ in range(draws):
+            answer = random_answer(rng, lake)
+            parsed = ragen_envs.parse_answer("<think>" + answer, lake.action_names, lake.parser)
+            assert parsed.is_valid and parsed.num_dropped == 0, (answer, parsed)
+            assert 1 <= len(parsed.think.split()) <= 4, answer
+            assert set(parsed.think.split()) <= set(FILLER_WORDS), answer
+            assert 1 <= len(parsed.actions) <= 3, answer
+            count_counts[len(parsed.actions)] += 1
+            for action in parsed.actions:
+                move_counts[action] += 1
+        moves.append(move_counts)
+        counts.append(count_counts)
+    assert states[0] != states[1]
+    # Within 4 standard errors of a binomial share (p = 1/4 per move over n actions;
+    # 1/3 per action count over the draws); the states' difference has sqrt(2) as much.
+    freqs = []
+    for move_counts in moves:
+        n = sum(move_counts.values())
+        se = np.sqrt(0.25 * 0.75 / n)
+        freq = np.array([move_counts[a] / n for a in lake.action_names])
+        assert np.all(np.abs(freq - 0.25) <= 4 * se), (freq, se)
+        freqs.append((freq, se))
+    (f0, se0), (f1, se1) = freqs
+    assert np.all(np.abs(f0 - f1) <= 4 * np.hypot(se0, se1)), (f0, f1)
+    for count_counts in counts:
+        share = np.array([count_counts[k] / draws for k in (1, 2, 3)])
+        assert np.all(share > 0), share  # each count, 1 to 3, occurs
+        assert np.all(np.abs(share - 1 / 3) <= 4 * np.sqrt((1 / 3) * (2 / 3) / draws)), share
 
 
 def test_corpus_pulls_bandit_arms_in_turn_and_snapshots_render_a_window_of_zero(tokenizer):
-    corpus = _Corpus(tokenizer, BuiltinSpec())
+    corpus = TranscriptCorpus(tokenizer, BuiltinSpec())
     arms = [corpus.next_arm("ragen/Bandit-v0") for _ in range(6)]
     assert sorted(arms[:2]) == ["Dragon", "Phoenix"] and arms[:2] * 3 == arms
     assert corpus.next_arm("ragen/SimpleSokoban-v0") is None
@@ -240,9 +278,9 @@ def test_build_is_deterministic_and_cached(raw_model, tmp_path):
     assert os.stat(os.path.join(again, "model.safetensors")).st_mtime_ns == stamp
     assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
     # Other parameters, other folders.
-    other_seed = builtin_model_dir("builtin-raw", pretrained=False, seed=1, cache_dir=str(tmp_path))
+    other_seed = cached_model_dir("builtin-raw", False, 1, BuiltinSpec(), str(tmp_path))
     assert other_seed != again
-    assert builtin_model_dir("builtin-raw", pretrained=True, cache_dir=str(tmp_path)) != again
+    assert cached_model_dir("builtin-raw", True, 0, BuiltinSpec(), str(tmp_path)) != again
 
 
 def test_pretraining_is_deterministic(tmp_path):
@@ -256,11 +294,11 @@ def test_pretraining_is_deterministic(tmp_path):
     assert blobs[0] != blobs[2]  # the pretraining did change the weights
 
 
-def test_spec_rejects_small_head_dim():
+def test_spec_rejects_small_head_dim(tmp_path):
     with pytest.raises(ValueError, match="head_dim"):
         BuiltinSpec(head_dim=16)
     with pytest.raises(ValueError, match="name"):
-        builtin_model_dir("../evil")
+        cached_model_dir("../evil", True, 0, BuiltinSpec(), str(tmp_path))
 
 
 # ----- resolve_model --------------------------------------------------------------

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ragen_rllib.config import STARPO_DEFAULTS, StarPOConfig
+from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 
 
 def make(**overrides) -> StarPOConfig:
@@ -129,7 +130,7 @@ def test_fluent_training_takes_starpo_and_rllib_keys():
 
 
 def test_grid_search_points_are_each_checked_before_ray(tmp_path):
-    from ragen_rllib.cli import build_config, param_space, split_grid_search
+    from ragen_rllib.cli.experiments import build_config, param_space, split_grid_search
 
     base, grid = split_grid_search({"lr": {"grid_search": [1e-4, 3e-4]}, "group_size": 4})
     assert base == {"group_size": 4} and grid == {"lr": [1e-4, 3e-4]}
@@ -190,7 +191,7 @@ def test_every_ablation_sweep_checks_every_grid_point(path):
     built and checked before Ray (what `--dry-run` does, here in-process). The GPU
     files are checked with the built-in model and no GPU: their values, not this
     machine's hardware."""
-    from ragen_rllib.cli import build_config, load_experiments
+    from ragen_rllib.cli.experiments import build_config, load_experiments
 
     overrides = {"llm": "builtin", "num_gpus_per_learner": 0} if path.parent.name == "gpu" else {}
     points = 0

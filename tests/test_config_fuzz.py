@@ -42,7 +42,7 @@ EXAMPLES = sorted((ROOT / "tuned_examples").glob("*.yaml"))
 MUTATIONS = 200
 SECONDS_PER_MUTATION = 8.0  # generous for a slow CI machine; typical is well under 0.1 s
 
-# ----- the spec, as the fuzzer knows it (independent of ragen_rllib.config) ----------
+# ----- the spec, as the fuzzer knows it (independent of the config checks) ----------
 POS_INT = {
     "env_groups", "group_size", "max_turns", "max_new_tokens", "max_context_tokens",
     "rollout_batch_size", "online_k", "eval_num_states", "minibatch_size", "num_epochs",
@@ -70,7 +70,13 @@ BOOL = {
 }  # fmt: skip
 CHOICES = {
     "advantage_estimator": (
-        "gae", "bilevel_gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline",
+        "gae",
+        "bilevel_gae",
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
         "gigpo",
     ),
     "reward_level": ("trajectory", "turn"),
@@ -460,7 +466,7 @@ def _report(name: str, tally: dict[str, Any]) -> str:
 @pytest.fixture(scope="session")
 def builtin_model(model_cache):
     """Build (or find) the built-in models once, so each mutation is fast."""
-    from ragen_rllib.builtin_model import resolve_model
+    from ragen_rllib.models.resolve import resolve_model
 
     return resolve_model("builtin"), resolve_model("builtin-raw")
 

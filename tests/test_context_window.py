@@ -5,29 +5,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
 
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.connectors import build_learner_pipeline
-from ragen_rllib.context import render_turn, with_instructions
-from ragen_rllib.env_runner import LLMEnvRunner
-from ragen_rllib.rl_module import LLMRLModule
+from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.env_runner.prompts import render_turn, with_instructions
+from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 
-def config(**overrides) -> StarPOConfig:
+def config(**overrides):
     base = {
         "env": "ragen/FrozenLakeNoSlip-v0",
         "llm": "builtin",
         "prompt_style": "compact",
         "env_config": {"instructions": "compact", "max_actions_per_turn": 1},
-        "env_groups": 2,
         "group_size": 3,
         "max_turns": 4,
         "max_new_tokens": 16,
         "minibatch_size": 2,
-        "filter_keep_ratio": 1.0,
+        "advantage_estimator": "gae",
         "seed": 5,
     }
-    return StarPOConfig.from_user_dict({**base, **overrides})
+    return tiny_config(**{**base, **overrides})
 
 
 def _sample(**overrides):
@@ -56,10 +55,10 @@ def test_a_window_covering_the_episode_sees_the_same_tokens(full_and_wide):
             _, f_start, f_end = f.turn_spans[k]
             assert (start, end) == (f_start, f_end)
             assert row.input_ids[:end] == stream.input_ids[:end]
-            assert row.loss_mask[:start] == [0] * start and row.loss_mask[start:end] == [1] * (
-                end - start
-            )
-            assert row.logprobs[start:end] == stream.logprobs[start:end]
+            assert row.response_mask[:start] == [0] * start and row.response_mask[start:end] == [
+                1
+            ] * (end - start)
+            assert row.behaviour_logp[start:end] == stream.behaviour_logp[start:end]
         multi_turn += f.num_turns > 1
     assert multi_turn > 0
 
@@ -91,7 +90,7 @@ def test_each_turn_sees_the_instructions_and_the_last_k_turns(window):
             row = t.segments[seg]
             assert seg == k and row.input_ids[:start] == expected
             # Only this turn's answer carries loss; earlier answers are context.
-            assert sum(row.loss_mask) == end - start == sum(row.loss_mask[start:end])
+            assert sum(row.response_mask) == end - start == sum(row.response_mask[start:end])
             checked += k > window
     assert checked > 0  # some turns had more history than the window keeps
 
@@ -109,7 +108,7 @@ def test_token_in_token_out_and_advantages_per_turn_rows():
     with torch.no_grad():
         out = module.forward_train(batch)
     mask = batch["response_mask"] > 0
-    assert (out["logp"] - batch["old_logp"])[mask].abs().max().item() <= 1e-4
+    assert (out["logp"] - batch["behaviour_logp"])[mask].abs().max().item() <= 1e-4
     # The per-trajectory columns were used and removed: every column has one row per sequence.
     assert {len(v) for v in batch.values()} == {batch["input_ids"].shape[0]}
     assert torch.all(batch["advantages"][~mask] == 0)
@@ -156,8 +155,8 @@ def test_context_window_config_rules():
 
 @pytest.mark.parametrize("window", [None, 0])
 def test_gigpo_turn_advantages_land_on_their_turns_tokens(window):
-    from ragen_rllib.connectors import build_sample_pipeline
-    from ragen_rllib.core.advantages import gigpo_advantages
+    from ragen_rllib.connectors.sample_batch import build_sample_pipeline
+    from ragen_rllib.maths.advantages import gigpo_advantages
 
     # seed 1: a group with a success, so some step groups disagree with the episode
     runner, trajs = _sample(

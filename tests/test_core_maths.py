@@ -1,4 +1,4 @@
-"""The pure maths in ragen_rllib.core: advantages, losses, filters (no Ray)."""
+"""The pure maths in ragen_rllib.maths: advantages, losses (no Ray)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from ragen_rllib.core.advantages import (
+from ragen_rllib.maths.advantages import (
     bilevel_gae,
-    broadcast_to_tokens,
     discounted_returns,
     gae,
     gigpo_advantages,
@@ -18,10 +17,8 @@ from ragen_rllib.core.advantages import (
     masked_mean,
     masked_whiten,
     token_rewards,
-    turn_end_index_from_spans,
 )
-from ragen_rllib.core.losses import (
-    entropy_from_logits,
+from ragen_rllib.maths.losses import (
     kl_penalty,
     policy_loss,
     token_logprobs_and_entropy,
@@ -45,11 +42,6 @@ def test_token_rewards_turn_vs_trajectory_level():
     assert torch.equal(traj, t64([[0, 0, 0, 0, 1.5, 0], [0, 0, 2, 0, 0, 0], [3, 0, 0, 0, 0, 0]]))
     with pytest.raises(ValueError, match="episode"):
         token_rewards(turn_end, rewards, 6, level="episode")
-
-
-def test_turn_end_index_from_spans():
-    spans = [[(3, 5), (8, 8), (10, 12)], [(2, 4)]]  # end exclusive; (8, 8) is empty
-    assert torch.equal(turn_end_index_from_spans(spans), torch.tensor([[4, -1, 11], [3, -1, -1]]))
 
 
 # ----- GAE -----------------------------------------------------------------------------
@@ -101,7 +93,7 @@ def bilevel_example():
 
 def test_bilevel_gae_hand_example():
     turn_rewards, values, turn_end, mask = bilevel_example()
-    adv, ret = bilevel_gae(turn_rewards, values, turn_end, mask, 0.9, 0.8, 1.0, 0.95)
+    adv, ret = bilevel_gae(turn_rewards, values, turn_end, mask, (0.9, 0.8), (1.0, 0.95))
     # Turn level (V_1 = 0.2, V_2 = 0.5, gamma_turn * lam_turn = 0.72):
     #   k=2: delta = 1.0 - 0.5 = 0.5;                 Ahat_2 = 0.5,                G_2 = 1.0
     #   k=1: delta = 0.5 + 0.9*0.5 - 0.2 = 0.75;      Ahat_1 = 0.75 + 0.72*0.5 = 1.11, G_1 = 1.31
@@ -117,7 +109,7 @@ def test_bilevel_gae_hand_example():
 
 def test_bilevel_gae_unit_token_gamma_lambda_gives_turn_return_minus_value():
     turn_rewards, values, turn_end, mask = bilevel_example()
-    adv, _ = bilevel_gae(turn_rewards, values, turn_end, mask, 0.9, 0.8, 1.0, 1.0)
+    adv, _ = bilevel_gae(turn_rewards, values, turn_end, mask, (0.9, 0.8), (1.0, 1.0))
     g1, g2 = 1.31, 1.0  # turn-level returns from the hand example
     expected = t64([[0.0, g1 - 0.1, g1 - 0.2, 0.0, g2 - 0.3, g2 - 0.4, g2 - 0.5]])
     torch.testing.assert_close(adv, expected, atol=1e-12, rtol=0)
@@ -125,13 +117,15 @@ def test_bilevel_gae_unit_token_gamma_lambda_gives_turn_return_minus_value():
 
 def test_bilevel_gae_padding_rows_and_missing_turns():
     turn_rewards, values, turn_end, mask = bilevel_example()
-    single_adv, single_ret = bilevel_gae(turn_rewards, values, turn_end, mask, 0.9, 0.8, 1.0, 0.95)
+    single_adv, single_ret = bilevel_gae(
+        turn_rewards, values, turn_end, mask, (0.9, 0.8), (1.0, 0.95)
+    )
     # Row 0: the example padded to T=9, K=3; row 1: one turn ending at token 0.
     values_b = t64([[*values[0].tolist(), 5.0, 5.0], [0.25] + [3.0] * 8])
     mask_b = t64([[*mask[0].tolist(), 0, 0], [1] + [0] * 8])
     turn_end_b = torch.tensor([[2, 6, -1], [0, -1, -1]])
     rewards_b = t64([[0.5, 1.0, 4.0], [2.0, 4.0, 4.0]])
-    adv, ret = bilevel_gae(rewards_b, values_b, turn_end_b, mask_b, 0.9, 0.8, 1.0, 0.95)
+    adv, ret = bilevel_gae(rewards_b, values_b, turn_end_b, mask_b, (0.9, 0.8), (1.0, 0.95))
     torch.testing.assert_close(adv[0, :7], single_adv[0], atol=1e-12, rtol=0)
     torch.testing.assert_close(ret[0, :7], single_ret[0], atol=1e-12, rtol=0)
     assert torch.all(adv[0, 7:] == 0)
@@ -237,10 +231,8 @@ def test_gigpo_rejects_mismatched_inputs():
     assert gigpo_advantages([], [], []) == []
 
 
-def test_broadcast_masked_mean_and_whiten():
+def test_masked_mean_and_whiten():
     mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1.0]])
-    tok = broadcast_to_tokens(torch.tensor([2.0, -1.0]), mask)
-    assert torch.equal(tok, torch.tensor([[0, 2, 2, 0], [-1, -1, -1, -1.0]]))
     x = torch.tensor([[float("nan"), 1.0, 3.0, float("inf")], [2.0, 4.0, 6.0, 8.0]])
     assert masked_mean(x, mask).item() == pytest.approx(24 / 6)
     w = masked_whiten(x, mask).double()
@@ -302,22 +294,22 @@ def random_batch(seed: int = 0):
     mask = torch.tensor(
         [[0, 0, 1, 1, 1, 0, 1, 0], [0, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 0, 0, 0, 0]]
     )
-    logp_old = -torch.rand(3, 8, generator=g, dtype=F64) * 2
-    logp_new = logp_old + torch.randn(3, 8, generator=g, dtype=F64) * 0.3
+    behaviour_logp = -torch.rand(3, 8, generator=g, dtype=F64) * 2
+    logp_new = behaviour_logp + torch.randn(3, 8, generator=g, dtype=F64) * 0.3
     adv = torch.randn(3, 8, generator=g, dtype=F64)
-    return logp_new, logp_old, adv, mask.to(F64)
+    return logp_new, behaviour_logp, adv, mask.to(F64)
 
 
 def test_masked_tokens_get_zero_gradient_and_do_not_change_the_loss():
-    logp_new, logp_old, adv, mask = random_batch()
+    logp_new, behaviour_logp, adv, mask = random_batch()
     lp = logp_new.clone().requires_grad_(True)
-    loss, _ = policy_loss(lp, logp_old, adv, mask)
+    loss, _ = policy_loss(lp, behaviour_logp, adv, mask)
     loss.backward()
     assert torch.all(lp.grad[mask == 0] == 0)
     assert torch.count_nonzero(lp.grad[mask == 1]) > 0
     off = mask == 0
     lp2 = torch.where(off, torch.full_like(logp_new, 1e4), logp_new).requires_grad_(True)
-    old2 = torch.where(off, torch.full_like(logp_old, -1e4), logp_old)
+    old2 = torch.where(off, torch.full_like(behaviour_logp, -1e4), behaviour_logp)
     adv2 = torch.where(off, torch.full_like(adv, float("nan")), adv)
     loss2, stats2 = policy_loss(lp2, old2, adv2, mask)
     loss2.backward()
@@ -326,14 +318,14 @@ def test_masked_tokens_get_zero_gradient_and_do_not_change_the_loss():
     assert all(torch.isfinite(v) for v in stats2.values())
 
 
-def manual_token_losses(logp_new, logp_old, adv, mask, lo=0.2, hi=0.28, c=3.0):
+def manual_token_losses(logp_new, behaviour_logp, adv, mask, lo=0.2, hi=0.28, c=3.0):
     out = []
     for b in range(mask.shape[0]):
         row = []
         for t in range(mask.shape[1]):
             if mask[b, t] == 0:
                 continue
-            r, a = math.exp(logp_new[b, t] - logp_old[b, t]), adv[b, t].item()
+            r, a = math.exp(logp_new[b, t] - behaviour_logp[b, t]), adv[b, t].item()
             loss = max(-a * r, -a * min(max(r, 1 - lo), 1 + hi))
             row.append(min(loss, -a * c) if a < 0 else loss)
         out.append(row)
@@ -341,10 +333,10 @@ def manual_token_losses(logp_new, logp_old, adv, mask, lo=0.2, hi=0.28, c=3.0):
 
 
 def test_loss_aggregations_match_manual_computation():
-    logp_new, logp_old, adv, mask = random_batch(3)
-    logp_new[0, 2] = logp_old[0, 2] + 2.0  # a large ratio so some clipping happens
+    logp_new, behaviour_logp, adv, mask = random_batch(3)
+    logp_new[0, 2] = behaviour_logp[0, 2] + 2.0  # a large ratio so some clipping happens
     adv[0, 2] = -1.0
-    rows = manual_token_losses(logp_new, logp_old, adv, mask)
+    rows = manual_token_losses(logp_new, behaviour_logp, adv, mask)
     flat = [x for row in rows for x in row]
     expected = {
         "token-mean": sum(flat) / len(flat),
@@ -352,14 +344,14 @@ def test_loss_aggregations_match_manual_computation():
         "seq-mean-token-mean": sum(sum(r) / len(r) for r in rows) / len(rows),
     }
     for agg, value in expected.items():
-        loss, stats = policy_loss(logp_new, logp_old, adv, mask, agg=agg)
+        loss, stats = policy_loss(logp_new, behaviour_logp, adv, mask, agg=agg)
         assert loss.item() == pytest.approx(value, abs=1e-12), agg
-    ratio = (logp_new - logp_old).exp()[mask == 1]
+    ratio = (logp_new - behaviour_logp).exp()[mask == 1]
     k3 = (ratio - 1 - ratio.log()).mean()
     assert stats["approx_kl"].item() == pytest.approx(k3.item())
     assert stats["ratio_max"].item() == pytest.approx(ratio.max().item())
     with pytest.raises(ValueError, match="sum"):
-        policy_loss(logp_new, logp_old, adv, mask, agg="sum")
+        policy_loss(logp_new, behaviour_logp, adv, mask, agg="sum")
 
 
 # ----- value loss, entropy, KL ---------------------------------------------------------
@@ -378,10 +370,12 @@ def test_value_loss_clipping():
 def test_entropy_of_uniform_logits_is_log_v():
     for v in (2, 7, 151_936):
         logits = torch.full((1, 2, v), 3.5, dtype=torch.bfloat16)
-        torch.testing.assert_close(entropy_from_logits(logits), torch.full((1, 2), math.log(v)))
+        _, entropy = token_logprobs_and_entropy(logits, torch.zeros((1, 2), dtype=torch.long))
+        torch.testing.assert_close(entropy, torch.full((1, 2), math.log(v)))
     x = torch.randn(4, 10, dtype=F64) * 5
     naive = -(x.softmax(-1) * x.log_softmax(-1)).sum(-1)
-    torch.testing.assert_close(entropy_from_logits(x), naive)
+    _, entropy = token_logprobs_and_entropy(x[None], torch.zeros((1, 4), dtype=torch.long))
+    torch.testing.assert_close(entropy[0], naive)
 
 
 def test_kl_penalty_estimators():

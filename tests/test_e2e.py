@@ -4,31 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import private_env, run_script, tiny_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    # A private HOME keeps ~/ray_results and Ray's files out of the user's home.
-    return {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
-
-
-def _run_script(script: str, tmp: Path):
-    """Run a Python script in a fresh process (its own Ray); return its last line as JSON."""
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp, env=_env(tmp),
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +29,7 @@ def trained(tmp_path_factory):
             "--config", json.dumps(overrides),
             "--storage-path", str(storage),
         ],
-        cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=900,
+        cwd=tmp, env=private_env(tmp), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     trial = next((storage / "bandit-cpu").glob("StarPO_*"))
@@ -68,7 +53,7 @@ def test_restore_and_continue_training(trained):
     tmp, trial, _ = trained
     script = f"""
 import json, ray, torch
-from ragen_rllib.algorithm import StarPO
+from ragen_rllib.algorithms.starpo.starpo import StarPO
 ray.init(num_cpus=2, include_dashboard=False)
 algo = StarPO.from_checkpoint({str(trial / "checkpoint_000000")!r})
 learner = algo.learner_group._learner.module["default_policy"]
@@ -78,7 +63,7 @@ before = algo.training_iteration
 result = algo.train()
 print(json.dumps({{"before": before, "after": result["training_iteration"], "same": same}}))
 """
-    out = _run_script(script, tmp)
+    out = run_script(script, tmp)
     assert out == {"before": 2, "after": 3, "same": True}
 
 
@@ -89,7 +74,7 @@ def test_evaluate_command_prints_success(trained):
             sys.executable, "-m", "ragen_rllib.cli", "evaluate",
             str(trial / "checkpoint_000000"), "--num-states", "8",
         ],
-        cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=900,
+        cwd=tmp, env=private_env(tmp), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "success on 8 fixed initial states:" in proc.stdout
@@ -98,27 +83,22 @@ def test_evaluate_command_prints_success(trained):
 def test_grid_search_sweep_runs_one_trial_per_point(tmp_path):
     storage = tmp_path / "results"
     exp = tmp_path / "sweep.yaml"
+    config = tiny_dict()
+    env = config.pop("env")
     exp.write_text(
         "sweep:\n"
         "  run: StarPO\n"
-        "  env: ragen/Bandit-v0\n"
+        f"  env: {env}\n"
         "  stop: {training_iteration: 1}\n"
         "  checkpoint_config: {checkpoint_at_end: false}\n"
         "  config:\n"
-        "    llm: builtin-raw\n"
-        "    env_groups: 2\n"
-        "    group_size: 2\n"
-        "    max_turns: 1\n"
-        "    max_new_tokens: 12\n"
-        "    minibatch_size: 4\n"
-        "    filter_keep_ratio: 1.0\n"
-        "    advantage_estimator: grpo\n"
-        "    lr: {grid_search: [1.0e-5, 1.0e-4]}\n"
+        + "".join(f"    {k}: {json.dumps(v)}\n" for k, v in config.items())
+        + "    lr: {grid_search: [1.0e-5, 1.0e-4]}\n"
     )
     proc = subprocess.run(
         [sys.executable, "-m", "ragen_rllib.cli", "train", "file", str(exp),
          "--storage-path", str(storage)],
-        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=900,
+        cwd=tmp_path, env=private_env(tmp_path), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     trials = sorted((storage / "sweep").glob("StarPO_*"))
@@ -135,13 +115,9 @@ def test_grid_search_sweep_runs_one_trial_per_point(tmp_path):
 def test_online_k_reuses_each_rollout_batch_k_times(tmp_path):
     script = """
 import json, ray
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False)
-config = StarPOConfig.from_user_dict({
-    "env": "ragen/Bandit-v0", "llm": "builtin-raw", "env_groups": 2, "group_size": 2,
-    "max_turns": 1, "max_new_tokens": 12, "minibatch_size": 4, "filter_keep_ratio": 1.0,
-    "advantage_estimator": "grpo", "online_k": 2,
-})
+config = StarPOConfig.from_user_dict(CONFIG)
 algo = config.build_algo()
 rows = []
 for _ in range(3):
@@ -149,23 +125,22 @@ for _ in range(3):
     rows.append([algo._num_sample_calls, result["rollout"]["batch_uses"]])
 print(json.dumps(rows))
 """
-    rows = _run_script(script, tmp_path)
+    rows = run_script(script, tmp_path, define={"CONFIG": tiny_dict(online_k=2)})
     # Iterations 1 and 2 train on the first rollout batch, iteration 3 on a fresh one.
     assert rows == [[1, 1], [1, 2], [2, 1]]
 
 
 def test_critic_estimators_train_through_the_learner(tmp_path):
+    base = tiny_dict(env="ragen/FrozenLakeNoSlip-v0", max_turns=3)
     script = """
 import json, math, ray
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False)
 out = {}
 for estimator, level in (("gae", "trajectory"), ("gae", "turn"), ("bilevel_gae", "turn")):
-    config = StarPOConfig.from_user_dict({
-        "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin-raw", "env_groups": 2,
-        "group_size": 2, "max_turns": 3, "max_new_tokens": 12, "minibatch_size": 4,
-        "filter_keep_ratio": 1.0, "advantage_estimator": estimator, "reward_level": level,
-    })
+    config = StarPOConfig.from_user_dict(
+        {**BASE, "advantage_estimator": estimator, "reward_level": level}
+    )
     algo = config.build_algo()
     learner = algo.train()["learners"]["default_policy"]
     out[f"{estimator}/{level}"] = {
@@ -175,7 +150,7 @@ for estimator, level in (("gae", "trajectory"), ("gae", "turn"), ("bilevel_gae",
     algo.stop()
 print(json.dumps(out))
 """
-    out = _run_script(script, tmp_path)
+    out = run_script(script, tmp_path, define={"BASE": base})
     assert set(out) == {"gae/trajectory", "gae/turn", "bilevel_gae/turn"}
     for name, stats in out.items():
         assert stats["critic_learning_rate"] == 1e-5, name
@@ -191,7 +166,7 @@ def test_evaluate_names_a_truncated_checkpoint_file(trained, tmp_path):
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     proc = subprocess.run(
         [sys.executable, "-m", "ragen_rllib.cli", "evaluate", str(ckpt), "--num-states", "4"],
-        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=private_env(tmp_path), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"checkpoint file {str(state)!r} is truncated" in proc.stderr
@@ -201,26 +176,25 @@ def test_evaluate_names_a_truncated_checkpoint_file(trained, tmp_path):
 def test_critic_free_estimators_train_through_the_learner(tmp_path):
     """Every critic-free estimator runs an iteration end to end: the sample stage
     gives each turn its advantage, and the learner takes a finite, non-zero step."""
+    base = tiny_dict(
+        env="ragen/FrozenLakeNoSlip-v0", llm="builtin", group_size=4, max_turns=3,
+        minibatch_size=8, seed=1, prompt_style="compact", context_window=0,
+        env_config={"instructions": "compact", "max_actions_per_turn": 1},
+    )  # fmt: skip
     script = """
 import json, math, ray
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False)
 out = {}
 for estimator in ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"):
-    config = StarPOConfig.from_user_dict({
-        "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "env_groups": 2,
-        "group_size": 4, "max_turns": 3, "max_new_tokens": 12, "minibatch_size": 8,
-        "filter_keep_ratio": 1.0, "advantage_estimator": estimator, "seed": 1,
-        "prompt_style": "compact", "context_window": 0,
-        "env_config": {"instructions": "compact", "max_actions_per_turn": 1},
-    })
+    config = StarPOConfig.from_user_dict({**BASE, "advantage_estimator": estimator})
     algo = config.build_algo()
     learner = algo.train()["learners"]["default_policy"]
     out[estimator] = {k: learner[k] for k in ("policy_loss", "gradients_actor_global_norm")}
     algo.stop()
 print(json.dumps(out))
 """
-    out = _run_script(script, tmp_path)
+    out = run_script(script, tmp_path, define={"BASE": base})
     assert len(out) == 6
     for name, stats in out.items():
         assert math.isfinite(stats["policy_loss"]), name
@@ -230,23 +204,23 @@ print(json.dumps(out))
 def test_kl_to_the_reference_starts_at_zero_and_grows(tmp_path):
     """kl_coeff > 0 loads the frozen reference model; at the first update the policy
     is the reference (KL 0), and the KL grows as the policy moves away."""
+    config = tiny_dict(
+        llm="builtin", env_groups=4, group_size=4, max_new_tokens=24, minibatch_size=16,
+        kl_coeff=0.1, lr=3e-3, seed=2, prompt_style="compact",
+        env_config={"instructions": "compact"},
+    )  # fmt: skip
     script = """
 import json, ray
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False)
-config = StarPOConfig.from_user_dict({
-    "env": "ragen/Bandit-v0", "llm": "builtin", "env_groups": 4, "group_size": 4,
-    "max_turns": 1, "max_new_tokens": 24, "minibatch_size": 16, "filter_keep_ratio": 1.0,
-    "advantage_estimator": "grpo", "kl_coeff": 0.1, "lr": 3e-3, "seed": 2,
-    "prompt_style": "compact", "env_config": {"instructions": "compact"},
-})
+config = StarPOConfig.from_user_dict(CONFIG)
 algo = config.build_algo()
 has_reference = algo.learner_group._learner._reference is not None
 kls = [algo.train()["learners"]["default_policy"]["kl_to_reference"] for _ in range(4)]
 algo.stop()
 print(json.dumps({"reference": has_reference, "kl": kls}))
 """
-    out = _run_script(script, tmp_path)
+    out = run_script(script, tmp_path, define={"CONFIG": config})
     assert out["reference"]
     kl = out["kl"]
     assert abs(kl[0]) < 1e-6, kl  # the first update starts from the reference itself

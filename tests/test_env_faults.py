@@ -3,19 +3,15 @@ counted; more than `max_env_error_share` of a batch failing stops the run."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import private_env, run_script, tiny_config, tiny_dict
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.connectors import EnvErrorBudgetExceeded, build_sample_pipeline
-from ragen_rllib.env_runner import LLMEnvRunner
-from ragen_rllib.metrics import rollout_metrics
+from ragen_rllib.connectors.sample_batch import EnvErrorBudgetExceeded, build_sample_pipeline
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.env_runner.metrics import rollout_metrics
 
 USER_ENVS = Path(__file__).resolve().parent / "user_envs"
 
@@ -27,20 +23,18 @@ def user_envs_importable():
         yield
 
 
-def flaky_config(**overrides) -> StarPOConfig:
-    base = {
-        "env": "FlakySayTheWord-v0",
-        "env_module": "my_text_envs",
-        "llm": "builtin-raw",
-        "env_groups": 3,
-        "group_size": 2,
-        "max_turns": 1,
-        "max_new_tokens": 8,
-        "minibatch_size": 2,
-        "filter_keep_ratio": 1.0,
-        "advantage_estimator": "grpo",
-    }
-    return StarPOConfig.from_user_dict({**base, **overrides})
+#: The user env that raises for the seeds in its env_config, in 3 groups of 2.
+FLAKY = {
+    "env": "FlakySayTheWord-v0",
+    "env_module": "my_text_envs",
+    "env_groups": 3,
+    "max_new_tokens": 8,
+    "minibatch_size": 2,
+}
+
+
+def flaky_config(**overrides):
+    return tiny_config(**{**FLAKY, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -90,17 +84,13 @@ def test_training_goes_on_past_env_errors_and_counts_them(group_seeds, tmp_path)
     """Through the algorithm (Ray, the learner): iteration 1 loses groups 0 and 2 and
     still updates; the lifetime counter sums the errors; a tight budget stops the run;
     a batch with no group left skips the update."""
+    env_config = {"fail_step_seeds": [group_seeds[0]], "fail_reset_seeds": [group_seeds[2]]}
+    base = tiny_dict(**FLAKY, max_env_error_share=0.7, env_config=env_config)
     script = f"""
 import json, ray
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False)
-base = {{
-    "env": "FlakySayTheWord-v0", "env_module": "my_text_envs", "llm": "builtin-raw",
-    "env_groups": 3, "group_size": 2, "max_turns": 1, "max_new_tokens": 8,
-    "minibatch_size": 2, "filter_keep_ratio": 1.0, "advantage_estimator": "grpo",
-    "max_env_error_share": 0.7,
-    "env_config": {{"fail_step_seeds": [{group_seeds[0]}], "fail_reset_seeds": [{group_seeds[2]}]}},
-}}
+base = {base!r}
 algo = StarPOConfig.from_user_dict(base).build_algo()
 rows = []
 for _ in range(2):
@@ -127,23 +117,12 @@ empty = {{"env_errors": r["rollout"]["env_errors"], "empty": r["rollout"]["empty
               "num_module_steps_trained", 0)}}
 print(json.dumps({{"rows": rows, "error": error, "empty": empty}}, default=float))
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env={**_env(tmp_path), "PYTHONPATH": str(USER_ENVS)},
-        capture_output=True,
-        text=True,
-        timeout=900,
+    out = run_script(
+        script, tmp_path, timeout=900, env=private_env(tmp_path, PYTHONPATH=str(USER_ENVS))
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
     first, second = out["rows"]
     assert first == {"env_errors": 4, "dropped": 2, "trained": 2, "lifetime_errors": 4}
     assert second["lifetime_errors"] == 4 + second["env_errors"]
     assert "max_env_error_share=0.25" in out["error"] and "FlakySayTheWord-v0" in out["error"]
     # Every group failed, under a budget of 1.0: the iteration ends without an update.
     assert out["empty"] == {"env_errors": 6, "empty": 1, "trained": 0}
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}

@@ -16,9 +16,10 @@ import math
 import pytest
 import torch
 
-from ragen_rllib.connectors import GroupAdvantages
-from ragen_rllib.context import Trajectory
-from ragen_rllib.core.advantages import gigpo_advantages, group_normalize, whiten_turns
+from ragen_rllib.connectors.sample_batch import GroupAdvantages
+from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.maths.advantages import gigpo_advantages, group_normalize, whiten_turns
+from ragen_rllib.maths.estimators import AdvantageSettings
 
 REWARDS = [1.0, 2.0, 3.0, 5.0, 1.0]
 STATES = [0, 0, 0, 1, 1]
@@ -48,11 +49,10 @@ def batch(turn_rewards=None, tokens=None) -> list[Trajectory]:
     return trajs
 
 
-def advantages(estimator, method, grouping="state", gamma=1.0, **kw) -> list[list[float]]:
-    trajs = kw.pop("trajs", None) or batch()
-    GroupAdvantages(estimator, method, grouping, gamma, **kw)(
-        rl_module=None, batch={}, episodes=trajs
-    )
+def advantages(estimator, method, grouping="state", gamma=1.0, trajs=None) -> list[list[float]]:
+    trajs = trajs or batch()
+    settings = AdvantageSettings(reward_norm=method, gamma=gamma)
+    GroupAdvantages(estimator, settings, grouping)(rl_module=None, batch={}, episodes=trajs)
     return [t.turn_advantages for t in trajs]
 
 
@@ -170,7 +170,7 @@ def test_every_turn_of_a_trajectory_gets_its_episode_advantage():
     ],
 )
 def test_config_names_bad_estimator_settings(overrides, names):
-    from ragen_rllib.config import StarPOConfig
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 
     config = StarPOConfig.from_user_dict(
         {"env": "ragen/Bandit-v0", "advantage_estimator": "grpo", "minibatch_size": 1, **overrides}
@@ -182,7 +182,7 @@ def test_config_names_bad_estimator_settings(overrides, names):
 
 
 def test_estimator_defaults_follow_the_papers():
-    from ragen_rllib.config import StarPOConfig
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 
     def used(**kw):
         c = StarPOConfig.from_user_dict({"env": "ragen/Bandit-v0", **kw})
@@ -199,7 +199,7 @@ def test_estimator_defaults_follow_the_papers():
 
 
 def test_seq_mean_token_sum_norm_divides_by_a_constant_not_the_length():
-    from ragen_rllib.core.losses import aggregate_loss
+    from ragen_rllib.maths.losses import aggregate_loss
 
     loss = torch.tensor([[1.0, 1.0, 1.0, 0.0], [2.0, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])

@@ -1,4 +1,4 @@
-"""Rollout filtering (ragen_rllib.core.filters and its connector), no Ray.
+"""Rollout filtering (ragen_rllib.maths.filters and its connector), no Ray.
 
 The batch: 8 groups of 4 trajectories; group g's rewards are [0, 0, 0, a_g], so its
 sample std is a_g / 2 and its variance a_g^2 / 4:
@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragen_rllib.connectors import RolloutFilter
-from ragen_rllib.context import Trajectory
-from ragen_rllib.core.filters import (
+from ragen_rllib.connectors.sample_batch import RolloutFilter
+from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.maths.filters import (
     check_filter,
     filter_groups,
-    group_reward_std,
+    in_group_std,
     num_groups_to_keep,
 )
 
@@ -93,9 +93,8 @@ def test_ties_keep_group_order_and_ids_need_not_be_contiguous():
     assert bool(filter_groups(flat, groups, "top_p", 0.9).keep.all())
 
 
-def test_group_reward_std_and_num_groups_to_keep():
-    ids, std = group_reward_std([1.0, 3.0, 5.0, 2.0], [4, 4, 4, 1])
-    assert ids.tolist() == [1, 4]
+def test_in_group_std_and_num_groups_to_keep():
+    std = in_group_std([1.0, 3.0, 5.0, 2.0], [4, 4, 4, 1])  # groups in id order: 1, 4
     assert std.tolist() == [0.0, pytest.approx(2.0)]  # sample std of 1, 3, 5
     assert num_groups_to_keep(8, 0.1) == 1 and num_groups_to_keep(10, 0.3) == 3
 

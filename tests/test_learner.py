@@ -6,36 +6,38 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
 
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.connectors import build_learner_pipeline
-from ragen_rllib.core.batching import (
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.learner.starpo_learner import _zero_weighted
+from ragen_rllib.maths.batching import (
     fill_plan,
     microbatch_rows,
     minibatch_plan,
+    num_minibatches,
     shard_trajectories,
     take_rows,
 )
-from ragen_rllib.core.losses import token_logprobs_and_entropy
-from ragen_rllib.env_runner import LLMEnvRunner
-from ragen_rllib.learner import _zero_weighted
-from ragen_rllib.rl_module import LLMRLModule
+from ragen_rllib.maths.losses import token_logprobs_and_entropy
+from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 
 def config(**overrides) -> StarPOConfig:
-    base = {
-        "env": "ragen/FrozenLakeNoSlip-v0",
-        "llm": "builtin",
-        "env_groups": 2,
-        "group_size": 4,
-        "max_turns": 3,
-        "max_new_tokens": 16,
-        "minibatch_size": 8,
-        "filter_keep_ratio": 1.0,
-        "lr": 1e-4,
-        "seed": 0,
-    }
-    return StarPOConfig.from_user_dict({**base, **overrides})
+    """Multi-turn FrozenLake trajectories of different lengths, the pretrained model."""
+    base = dict(
+        env="ragen/FrozenLakeNoSlip-v0",
+        llm="builtin",
+        group_size=4,
+        max_turns=3,
+        max_new_tokens=16,
+        minibatch_size=8,
+        advantage_estimator="gae",
+        lr=1e-4,
+        seed=0,
+    )
+    return tiny_config(**{**base, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -109,16 +111,23 @@ def test_shards_are_whole_trajectories_balanced_by_tokens():
 
 
 def test_minibatch_plan_counts_trajectories_and_steps_every_learner_together():
-    plan = minibatch_plan([list(range(10))], 4, num_epochs=2, shuffle=True, seed=3)
+    # One learner, 10 trajectories, minibatches of 4: 3 steps of 4, 3, 3.
+    assert num_minibatches([10], 4) == 3
+    plan = minibatch_plan(10, 3, num_epochs=2, shuffle=True, seed=3)
     assert plan.shape == (10, 2)
     for e in range(2):
         sizes = np.bincount(plan[:, e])
-        assert sizes.tolist() in ([4, 3, 3], [3, 4, 3], [3, 3, 4])
+        assert sorted(sizes.tolist()) == [3, 3, 4]
     assert not np.array_equal(plan[:, 0], plan[:, 1])
-    two = minibatch_plan([[0, 2, 4, 6], [1, 3, 5, 7]], 4, num_epochs=1, shuffle=False, seed=0)
-    for j in range(2):  # each minibatch holds two trajectories of each learner
-        members = np.flatnonzero(two[:, 0] == j)
-        assert sorted(m % 2 for m in members) == [0, 0, 1, 1]
+    # Two learners with 4 trajectories each, minibatches of 4: 2 steps, and each
+    # learner puts two of its trajectories in each (the same count on both).
+    assert num_minibatches([4, 4], 4) == 2
+    for shard in (4, 4):
+        part = minibatch_plan(shard, 2, num_epochs=1, shuffle=False, seed=0)
+        assert np.bincount(part[:, 0]).tolist() == [2, 2]
+    # The smallest shard caps the count: every minibatch takes from every learner.
+    assert num_minibatches([1, 7], 2) == 1
+    assert num_minibatches([0], 4) == 1
 
 
 # ----- the module: the LM head on response positions only ----------------------------
@@ -156,6 +165,39 @@ def _one_update(trajs, spaces, **overrides):
     return params, grads
 
 
+def _independent_gradients(trajs, spaces, **overrides):
+    """The gradient of StarPO's loss on the whole batch, written out here from its
+    definition (token-mean clipped surrogate with dual clip, entropy bonus, clipped
+    value loss) on a fresh module with the learner's initial weights."""
+    cfg = config(**overrides)
+    torch.manual_seed(0)
+    learner = cfg.build_learner(spaces=spaces)
+    learner.build()
+    module = learner.module["default_policy"]
+    batch = build_learner_pipeline(cfg)(
+        rl_module={"default_policy": module}, batch={}, episodes=trajs
+    )["default_policy"]
+    out = module.forward_train(batch)
+    mask = batch["response_mask"] > 0
+    n = mask.sum()
+    ratio = torch.exp(out["logp"] - batch["behaviour_logp"])[mask]
+    adv = batch["advantages"][mask]
+    surrogate = torch.maximum(
+        -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+    )
+    surrogate = torch.where(adv < 0, torch.minimum(surrogate, -adv * cfg.dual_clip), surrogate)
+    total = surrogate.sum() / n - cfg.entropy_coeff * out["entropy"][mask].sum() / n
+    if "values" in out:
+        v, v_old = out["values"][mask], batch["old_values"][mask]
+        target = batch["value_targets"][mask]
+        v_clipped = v_old + (v - v_old).clamp(-cfg.vf_clip, cfg.vf_clip)
+        vf = 0.5 * torch.maximum((v - target) ** 2, (v_clipped - target) ** 2).sum() / n
+        total = total + cfg.vf_loss_coeff * vf
+    module.zero_grad()
+    total.backward()
+    return {k: p.grad.detach().clone() for k, p in module.named_parameters() if p.grad is not None}
+
+
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])
 def test_one_update_in_1_2_or_4_microbatches_gives_the_same_parameters(trajectories, estimator):
     runner, trajs = trajectories
@@ -168,9 +210,18 @@ def test_one_update_in_1_2_or_4_microbatches_gives_the_same_parameters(trajector
     # whitened advantages put some weights' gradients near AdamW's eps, where the first
     # step (about lr * g / (|g| + eps)) turns fp32 summation-order noise into ~1% of a
     # step; the gradients themselves still agree to 1e-4 relative with whitening on.
-    common = {"advantage_estimator": estimator, "whiten_advantages": False}
+    # No gradient clipping, so that the gradients can be compared with the independent
+    # formula below as they come out of the loss.
+    common = {"advantage_estimator": estimator, "whiten_advantages": False, "grad_clip": None}
     ref_params, ref_grads = _one_update(trajs, spaces, **common)
     assert sum(g.abs().sum().item() for g in ref_grads.values()) > 0  # a real step
+    # The one-pass gradient itself equals that of the loss written out independently,
+    # so an error common to every budget (a coefficient, a sign, a factor) is caught.
+    expected = _independent_gradients(trajs, spaces, **common)
+    assert expected.keys() == ref_grads.keys()
+    for k, g in expected.items():
+        scale = g.abs().max().item() + 1e-12
+        assert (ref_grads[k] - g).abs().max().item() <= 1e-4 * scale, k
     for budget in (two, four):
         params, grads = _one_update(trajs, spaces, max_tokens_per_microbatch=budget, **common)
         assert grads.keys() == ref_grads.keys()
@@ -184,7 +235,11 @@ def test_one_update_in_1_2_or_4_microbatches_gives_the_same_parameters(trajector
 def test_shared_prompts_give_the_plain_paths_logprobs_and_gradients(trajectories):
     """Rows of a group encode their shared prompt once: same log-probabilities
     (<= 1e-5) and the same gradients as encoding every row in full."""
-    from ragen_rllib.rl_module import _shared_prefix_hidden, response_logprobs, scored_positions
+    from ragen_rllib.rl_module.scoring import (
+        _shared_prefix_hidden,
+        response_logprobs,
+        scored_positions,
+    )
 
     runner, trajs = trajectories
     cfg = runner.config
@@ -195,9 +250,12 @@ def test_shared_prompts_give_the_plain_paths_logprobs_and_gradients(trajectories
         rl_module={"default_policy": module}, batch={}, episodes=trajs
     )["default_policy"]
     chosen = scored_positions(batch)
-    assert _shared_prefix_hidden(
-        module.actor.base_model, batch["input_ids"], batch["attention_mask"], chosen
-    ) is not None  # the path is taken: 2 groups of 4 rows share their first prompt
+    assert (
+        _shared_prefix_hidden(
+            module.actor.base_model, batch["input_ids"], batch["attention_mask"], chosen
+        )
+        is not None
+    )  # the path is taken: 2 groups of 4 rows share their first prompt
     outs, grads = [], []
     for share in (True, False):
         module.actor.zero_grad()
@@ -217,7 +275,7 @@ def test_packed_rows_give_the_padded_paths_logprobs_values_and_gradients(traject
     """A micro-batch packed into one sequence (positions restarting per row, attention
     within each row) gives the padded batch's log-probabilities, entropies and
     critic values (<= 1e-5) and the same gradients."""
-    from ragen_rllib.rl_module import packs, response_logprobs
+    from ragen_rllib.rl_module.scoring import packs, response_logprobs
 
     runner, trajs = trajectories
     cfg = runner.config.copy(copy_frozen=False)

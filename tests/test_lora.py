@@ -4,29 +4,26 @@ KL reference without a second copy, and the Bandit learnt with adapters only."""
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from conftest import run_script, tiny_config, tiny_dict
 
-from ragen_rllib.builtin_model import resolve_model
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.connectors import build_learner_pipeline
-from ragen_rllib.env_runner import LLMEnvRunner
-from ragen_rllib.lora import AdapterMerger, LoraSettings
-from ragen_rllib.rl_module import ACTOR_PREFIX, LLMRLModule, response_logprobs
+from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.models.lora import AdapterMerger, LoraSettings
+from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
+from ragen_rllib.rl_module.scoring import response_logprobs
 
 
-def config(**overrides) -> StarPOConfig:
+def config(**overrides):
     base = {
-        "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "env_groups": 2, "group_size": 3,
-        "max_turns": 2, "max_new_tokens": 12, "minibatch_size": 2, "filter_keep_ratio": 1.0,
-        "advantage_estimator": "gae", "lora_rank": 4, "lora_alpha": 8.0, "seed": 0,
+        "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "group_size": 3, "max_turns": 2,
+        "minibatch_size": 2, "advantage_estimator": "gae", "lora_rank": 4, "lora_alpha": 8.0,
+        "seed": 0,
     }  # fmt: skip
-    return StarPOConfig.from_user_dict({**base, **overrides})
+    return tiny_config(**{**base, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +75,8 @@ def test_the_rollout_engine_samples_with_the_merged_weights(module):
     log-probabilities the adapted learner model computes (1e-5)."""
     cfg = config()
     runner = LLMEnvRunner(config=cfg, worker_index=0)
-    state = {ACTOR_PREFIX + k: v for k, v in module.actor_weights().items()}
-    runner.set_state({"rl_module": state, "weights_seq_no": 3})
-    assert runner.engine.weights_version == 3
+    runner.set_state({"rl_module": module.get_state(inference_only=True), "weights_seq_no": 3})
+    assert runner.engine.policy_version == 3
     trajs = runner.sample()
     batch = build_learner_pipeline(cfg)(
         rl_module={"default_policy": module}, batch={}, episodes=trajs
@@ -89,7 +85,7 @@ def test_the_rollout_engine_samples_with_the_merged_weights(module):
     with torch.no_grad():
         logp = response_logprobs(module.lm, batch, cfg.temperature)["logp"]
     mask = batch["response_mask"] > 0
-    assert (logp - batch["old_logp"])[mask].abs().max() <= 1e-5
+    assert (logp - batch["behaviour_logp"])[mask].abs().max() <= 1e-5
 
 
 def test_the_kl_reference_is_the_model_with_its_adapter_off(module):
@@ -126,16 +122,16 @@ def test_lora_config_values_are_checked():
             assert name in str(err.value), str(err.value)
 
 
+#: The paper's LoRA setting on the Bandit, 8 groups of 8.
+LORA_BANDIT = tiny_dict(
+    llm="builtin", env_groups=8, group_size=8, max_new_tokens=24, reward_norm_method="mean",
+    filter_keep_ratio=0.5, minibatch_size=16, seed=0, lora_rank=64, lora_alpha=64.0, lr=1.0e-3,
+)  # fmt: skip
 SCRIPT = """
 import json, ray
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False)
-config = StarPOConfig.from_user_dict({
-    "env": "ragen/Bandit-v0", "llm": "builtin", "env_groups": 8, "group_size": 8,
-    "max_turns": 1, "max_new_tokens": 24, "advantage_estimator": "grpo",
-    "reward_norm_method": "mean", "filter_keep_ratio": 0.5, "minibatch_size": 16,
-    "seed": 0, "lora_rank": 64, "lora_alpha": 64.0, "lr": 1.0e-3,
-})
+config = StarPOConfig.from_user_dict(CONFIG)
 algo = config.build_algo()
 before = algo.evaluate_success()["success_rate"]
 rows = [algo.train() for _ in range(30)]
@@ -152,12 +148,6 @@ print(json.dumps({"before": before, "after": after,
 def test_the_bandit_is_learnt_with_lora_adapters(tmp_path):
     """The paper's LoRA setting (rank 64, alpha 64, all linear layers, 10x the
     learning rate) on the built-in model: evaluation success >= 90%."""
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_script(SCRIPT, tmp_path, timeout=900, define={"CONFIG": LORA_BANDIT})
     assert out["before"] < 0.6 and out["after"] >= 0.9, out
     assert 0 < out["trainable"] < out["total"], out  # adapters only

@@ -3,20 +3,16 @@ trajectories per learner, and the same step as one learner."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from conftest import run_script
 
 pytestmark = pytest.mark.slow
 
 SCRIPT = """
 import json, os, numpy as np, ray, torch
 from transformers import AutoModelForCausalLM
-from ragen_rllib.builtin_model import resolve_model
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=4, include_dashboard=False)
 def make(**over):
     return StarPOConfig.from_user_dict({
@@ -57,8 +53,17 @@ def run(save=None, **over):
     if save:
         algo.save_to_path(os.path.abspath(save))
     algo.stop()
-    run.blank_passes = result["learners"]["default_policy"].get("blank_passes", 0)
+    learner = result["learners"]["default_policy"]
+    run.blank_passes = learner.get("blank_passes", 0)
+    run.logged = {k: float(learner[k]) for k in LOGGED if k in learner}
     return out, turns, engine, opt
+LOGGED = ("policy_loss", "entropy", "value_loss", "kl_to_reference", "response_tokens",
+          "clip_frac", "approx_kl", "value_mean")
+def logged_diff(a, b):
+    # Relative, with an absolute floor: at the first step the policy loss and the
+    # approximate KL are ~1e-7 (ratios of 1, whitened advantages summing to ~0).
+    assert set(a) == set(b), (a, b)
+    return max(abs(a[k] - b[k]) / (abs(a[k]) + 1e-2) for k in a)
 def compare(ref, others):
     (p0, g0) = ref
     return {
@@ -70,10 +75,13 @@ def compare(ref, others):
         "keys_equal": all(set(p0) == set(p) and set(g0) == set(g) for p, g in others),
     }
 (one,), turns, engine_one, _ = run(num_learners=0)
+logged_one = run.logged
 ddp, turns_ddp, _, _ = run(num_learners=2, max_tokens_per_microbatch=400)
+logged_ddp = run.logged
 fsdp, turns_fsdp, engine_fsdp, opt_saved = run(
     save="ckpt", num_learners=2, learner_strategy="fsdp", max_tokens_per_microbatch=400
 )
+logged_fsdp = run.logged
 restored = make(num_learners=2, learner_strategy="fsdp", max_tokens_per_microbatch=400)
 restored.restore_from_path(os.path.abspath("ckpt"))
 after = states(restored)
@@ -84,7 +92,9 @@ restored.stop()
 # different row counts, so one of them must add passes (loss x 0) to keep step.
 per_turn = dict(advantage_estimator="grpo", context_window=0, max_tokens_per_microbatch=1)
 (grpo_one,), _, _, _ = run(num_learners=0, **per_turn)
+logged_grpo_one = run.logged
 grpo_fsdp, _, _, _ = run(num_learners=2, learner_strategy="fsdp", **per_turn)
+logged_grpo_fsdp = run.logged
 blank_passes = run.blank_passes
 start = AutoModelForCausalLM.from_pretrained(resolve_model("builtin"), dtype=torch.float32)
 moved = max(
@@ -105,6 +115,11 @@ print(json.dumps({
         "moments": sum(float(np.abs(v).sum()) for k, v in opt_saved.items() if "exp_avg" in k),
     },
     "grpo_fsdp": compare(grpo_one, grpo_fsdp), "blank_passes": blank_passes,
+    "logged": {"one": logged_one, "ddp": logged_ddp, "fsdp": logged_fsdp,
+               "grpo_one": logged_grpo_one, "grpo_fsdp": logged_grpo_fsdp},
+    "logged_diff": {"ddp": logged_diff(logged_one, logged_ddp),
+                    "fsdp": logged_diff(logged_one, logged_fsdp),
+                    "grpo_fsdp": logged_diff(logged_grpo_one, logged_grpo_fsdp)},
 }))
 """
 
@@ -114,13 +129,7 @@ def test_two_learners_take_the_step_of_one_on_a_multi_turn_batch(tmp_path):
     micro-batches) ends the first update where num_learners=0 does on the same
     sampled batch; FSDP's gathered weights reach the rollout engine, and its
     checkpoint restores onto two fresh FSDP learners, which train on."""
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_script(SCRIPT, tmp_path, timeout=900)
     assert out["learners"] == [2, 2]
     assert out["turns"][0] == out["turns"][1] == out["turns"][2] > 1  # one multi-turn batch
     assert out["moved"] > 1e-5  # a real step (lr 1e-4)
@@ -140,3 +149,9 @@ def test_two_learners_take_the_step_of_one_on_a_multi_turn_batch(tmp_path):
     # Passes added to even out the FSDP learners' counts change nothing.
     assert out["blank_passes"] > 0, out
     assert out["grpo_fsdp"]["grad"] <= 1e-4 and out["grpo_fsdp"]["param"] <= 0.05 * 1e-4, out
+    # The logged loss terms with two learners are the one-learner values (each learner
+    # logs its share times the number of learners; RLlib averages the learners).
+    logged = out["logged"]
+    assert {"policy_loss", "entropy", "value_loss"} <= set(logged["one"]), logged
+    for pair, diff in out["logged_diff"].items():
+        assert diff <= 1e-4, (pair, logged)

@@ -12,29 +12,23 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import private_env, tiny_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-EXPERIMENT = """
+CONFIG = tiny_dict(
+    env="ragen/FrozenLakeNoSlip-v0", env_groups=3, max_turns=2, max_new_tokens=8,
+    shuffle_batch_per_epoch=True, advantage_estimator="gae", lr=1.0e-3, critic_lr=1.0e-3,
+    seed=3,
+)  # fmt: skip
+EXPERIMENT = f"""
 resume-test:
   run: StarPO
-  env: ragen/FrozenLakeNoSlip-v0
-  stop: {training_iteration: 5}
-  checkpoint_config: {checkpoint_frequency: 1, checkpoint_at_end: true}
-  config:
-    llm: builtin-raw
-    env_groups: 3
-    group_size: 2
-    max_turns: 2
-    max_new_tokens: 8
-    minibatch_size: 4
-    shuffle_batch_per_epoch: true
-    advantage_estimator: gae
-    filter_keep_ratio: 1.0
-    lr: 1.0e-3
-    critic_lr: 1.0e-3
-    seed: 3
+  env: {CONFIG["env"]}
+  stop: {{training_iteration: 5}}
+  checkpoint_config: {{checkpoint_frequency: 1, checkpoint_at_end: true}}
+  config: {json.dumps({k: v for k, v in CONFIG.items() if k != "env"})}
 """
 # Metrics that depend on the sampled tokens, the update and the counters (not on time).
 COMPARED = {
@@ -52,10 +46,6 @@ COMPARED = {
         "num_generated_tokens_lifetime",
     ),
 }
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    return {**os.environ, "HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1"}
 
 
 def _cmd(yaml_file: Path, storage: Path, *extra: str) -> list[str]:
@@ -83,7 +73,7 @@ def _compared(row: dict) -> dict:
 def test_killed_run_resumes_without_losing_iterations(tmp_path):
     yaml_file = tmp_path / "resume.yaml"
     yaml_file.write_text(EXPERIMENT)
-    env = _env(tmp_path)
+    env = private_env(tmp_path)
 
     reference = tmp_path / "uninterrupted"
     proc = subprocess.run(
@@ -132,13 +122,17 @@ def test_killed_run_resumes_without_losing_iterations(tmp_path):
 
 
 def test_resume_names_a_truncated_checkpoint_file(tmp_path):
-    from ragen_rllib.checkpoint import MANIFEST, CorruptCheckpointError, verify_checkpoint
+    from ragen_rllib.algorithms.starpo.checkpoint import (
+        MANIFEST,
+        CorruptCheckpointError,
+        verify_checkpoint,
+    )
 
     ckpt = tmp_path / "checkpoint_000000"
     (ckpt / "learner_group").mkdir(parents=True)
     (ckpt / "algorithm_state.pkl").write_bytes(b"x" * 100)
     (ckpt / "learner_group" / "state.pkl").write_bytes(b"y" * 50)
-    from ragen_rllib.checkpoint import write_manifest
+    from ragen_rllib.algorithms.starpo.checkpoint import write_manifest
 
     write_manifest(ckpt)
     verify_checkpoint(ckpt)  # intact

@@ -4,34 +4,31 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_config
 
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.connectors import build_learner_pipeline
-from ragen_rllib.engine import Generation
-from ragen_rllib.env_runner import LLMEnvRunner
-from ragen_rllib.rl_module import LLMRLModule
+from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.engines.base import Generation
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 
-def config(**overrides) -> StarPOConfig:
+def config(**overrides):
     base = {
         "env": "ragen/FrozenLakeNoSlip-v0",
-        "llm": "builtin-raw",
-        "env_groups": 2,
         "group_size": 3,
         "max_turns": 3,
-        "max_new_tokens": 12,
         "minibatch_size": 2,
-        "filter_keep_ratio": 1.0,
+        "advantage_estimator": "gae",
     }
-    return StarPOConfig.from_user_dict({**base, **overrides})
+    return tiny_config(**{**base, **overrides})
 
 
 class ScriptedEngine:
     """Answers from a script (trajectory index -> answers by turn), as real token ids."""
 
     def __init__(self, tokenizer, answer_for):
-        self.tokenizer, self.answer_for, self.weights_version = tokenizer, answer_for, 0
-        self.calls = 0
+        self.tokenizer, self.answer_for, self.policy_version = tokenizer, answer_for, 0
+        self.calls = self.prompt_tokens_reused = 0
         self.model = object()
 
     def generate(self, prompts, params, seed, cache_keys=None):
@@ -68,7 +65,7 @@ def test_token_in_token_out_logprobs_match_the_learner(runner):
         out = module.forward_train(batch)
     mask = batch["response_mask"] > 0
     assert int(mask.sum()) == sum(t.response_tokens for t in trajs) > 0
-    diff = (out["logp"] - batch["old_logp"])[mask].abs().max().item()
+    diff = (out["logp"] - batch["behaviour_logp"])[mask].abs().max().item()
     assert diff <= 1e-4, diff
 
 
@@ -78,10 +75,12 @@ def test_masks_and_turn_spans_cover_exactly_the_generated_tokens(runner):
     for t in trajs:
         assert len(t.segments) == 1  # the whole history: one growing sequence
         seg = t.segments[0]
-        assert len(seg.input_ids) == len(seg.loss_mask) == len(seg.logprobs)
+        assert len(seg.input_ids) == len(seg.response_mask) == len(seg.behaviour_logp)
         generated = [i for _, s, e in t.turn_spans for i in range(s, e)]
-        assert [i for i, m in enumerate(seg.loss_mask) if m] == generated
-        assert all(lp == 0.0 for lp, m in zip(seg.logprobs, seg.loss_mask, strict=True) if not m)
+        assert [i for i, m in enumerate(seg.response_mask) if m] == generated
+        assert all(
+            lp == 0.0 for lp, m in zip(seg.behaviour_logp, seg.response_mask, strict=True) if not m
+        )
         assert len(t.turn_spans) == len(t.turn_rewards) == t.num_turns >= 1
         assert len(t.turn_observations) == t.num_turns
         for k, answer in enumerate(t.answers):
@@ -90,7 +89,7 @@ def test_masks_and_turn_spans_cover_exactly_the_generated_tokens(runner):
                 t.turn_ids(k), skip_special_tokens=True
             )
         # The prompt starts the sequence and carries no loss.
-        assert t.turn_spans[0][1] > 0 and not any(seg.loss_mask[: t.turn_spans[0][1]])
+        assert t.turn_spans[0][1] > 0 and not any(seg.response_mask[: t.turn_spans[0][1]])
 
 
 def test_trajectories_end_at_different_turns(runner, monkeypatch):
@@ -152,7 +151,7 @@ def test_env_errors_end_their_trajectory_and_are_logged(runner, monkeypatch, cap
 
 
 def test_observation_tokens_carry_no_loss_or_gradient(runner):
-    from ragen_rllib.learner import StarPOTorchLearner
+    from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 
     cfg = runner.config
     trajs = runner.sample()
@@ -181,17 +180,16 @@ def test_observation_tokens_carry_no_loss_or_gradient(runner):
 
     loss, grads = loss_and_grad(batch)
     noisy = dict(batch)
-    for key in ("advantages", "old_logp", "value_targets", "old_values"):
+    for key in ("advantages", "behaviour_logp", "value_targets", "old_values"):
         noisy[key] = torch.where(mask, batch[key], torch.randn_like(batch[key]) * 100)
     loss2, grads2 = loss_and_grad(noisy)
     assert torch.equal(loss, loss2) and torch.allclose(grads, grads2)
 
 
 def test_bfloat16_module_keeps_float32_weights_and_shares_storage(runner):
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ragen_rllib.engine import HFEngine
-    from ragen_rllib.rl_module import ACTOR_PREFIX
+    from ragen_rllib.engines.hf_engine import HFEngine
 
     cfg = config(model_dtype="bfloat16")
     module_cfg = cfg.llm_module_config()
@@ -202,11 +200,14 @@ def test_bfloat16_module_keeps_float32_weights_and_shares_storage(runner):
     # Master weights in float32: a bf16 weight would swallow lr=1e-6 updates.
     assert {v.dtype for v in state.values()} == {torch.float32}
     # No copy on the CPU: the state's tensors are the parameters' storage.
-    key = ACTOR_PREFIX + "model.embed_tokens.weight"
+    key = "actor.model.embed_tokens.weight"
     assert state[key].data_ptr() == params[key].data_ptr()
     assert any(k.startswith("critic.") for k in state) and "value_head.weight" in state
+    # Inference-only: the actor's weights under the rollout model's own names.
     actor_only = module.get_state(inference_only=True)
-    assert actor_only and all(k.startswith(ACTOR_PREFIX) for k in actor_only)
+    engine_names = set(AutoModelForCausalLM.from_pretrained(module_cfg["model_path"]).state_dict())
+    assert actor_only and set(actor_only) <= engine_names
+    assert "model.embed_tokens.weight" in actor_only
 
     # The forward pass runs in bfloat16 (autocast) and still returns float32 log-probs,
     # close to the float32 ones.
@@ -239,15 +240,14 @@ def test_bfloat16_module_keeps_float32_weights_and_shares_storage(runner):
         pad_token_id=tok.pad_token_id,
         dtype="bfloat16",
     )
-    n = len(ACTOR_PREFIX)
-    engine.load_weights({k[n:]: v for k, v in actor_only.items()}, version=7)
-    assert engine.weights_version == 7
+    engine.load_weights(actor_only, version=7)
+    assert engine.policy_version == 7
     loaded = engine.model.state_dict()
-    assert all(torch.equal(loaded[k[n:]], v.to(torch.bfloat16)) for k, v in actor_only.items())
+    assert all(torch.equal(loaded[k], v.to(torch.bfloat16)) for k, v in actor_only.items())
 
 
 def test_rollout_device_choice():
-    from ragen_rllib.env_runner import rollout_device
+    from ragen_rllib.env_runner.llm_env_runner import rollout_device
 
     assert rollout_device("cpu") == "cpu"
     assert rollout_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -259,7 +259,8 @@ def test_rollout_device_choice():
 def test_prefix_cache_gives_the_logprobs_of_a_full_encode(runner):
     """A turn that reuses the previous turn's keys and values (prefix caching) samples
     what a fresh encode of the whole prompt samples, with the same log-probabilities."""
-    from ragen_rllib.engine import HFEngine, SamplingParams
+    from ragen_rllib.engines.base import SamplingParams
+    from ragen_rllib.engines.hf_engine import HFEngine
 
     engine = runner.engine
     tok = runner.tokenizer
@@ -283,16 +284,19 @@ def test_prefix_cache_gives_the_logprobs_of_a_full_encode(runner):
     plain = fresh.generate(nxt, params, seed=4)
     for c, p in zip(cached, plain, strict=True):
         assert c.ids == p.ids
-        assert max(abs(a - b) for a, b in zip(c.logprobs, p.logprobs, strict=True)) <= 1e-5
+        assert (
+            max(abs(a - b) for a, b in zip(c.behaviour_logp, p.behaviour_logp, strict=True)) <= 1e-5
+        )
 
 
 def test_ended_rows_leave_the_batch_without_changing_any_answer(runner, monkeypatch):
     """Rows whose answers ended are dropped from the decode batch (in bulk): every
     row's tokens and log-probabilities are those of a batch that keeps all rows to
     the end, and the prefix cache built along the way serves the next turn."""
-    from ragen_rllib import engine as engine_module
-    from ragen_rllib.builtin_model import resolve_model
-    from ragen_rllib.engine import HFEngine, SamplingParams
+    from ragen_rllib.engines import hf_engine as engine_module
+    from ragen_rllib.engines.base import SamplingParams
+    from ragen_rllib.engines.hf_engine import HFEngine
+    from ragen_rllib.models.resolve import resolve_model
 
     tok = runner.tokenizer
     # The pretrained model: its answers end (with eos) after different lengths.
@@ -321,14 +325,18 @@ def test_ended_rows_leave_the_batch_without_changing_any_answer(runner, monkeypa
     for turn_a, turn_b in zip(compacted, kept, strict=True):
         for a, b in zip(turn_a, turn_b, strict=True):
             assert a.ids == b.ids and a.ended_with_eos == b.ended_with_eos
-            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) <= 1e-5
+            assert (
+                max(abs(x - y) for x, y in zip(a.behaviour_logp, b.behaviour_logp, strict=True))
+                <= 1e-5
+            )
 
 
 def test_sampling_draws_tokens_with_their_probabilities():
     """The engine's sampler (one uniform draw per row, inverse CDF) matches the
     distribution it is given, top-p truncation included, and never picks a token
     of probability 0."""
-    from ragen_rllib.engine import SamplingParams, _sample
+    from ragen_rllib.engines.base import SamplingParams
+    from ragen_rllib.engines.hf_engine import _sample
 
     probs = torch.tensor([0.5, 0.0, 0.3, 0.15, 0.05])
     logits = probs.clamp_min(1e-30).log().repeat(20000, 1)

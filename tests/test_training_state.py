@@ -3,23 +3,26 @@ non-finite updates skipped and counted, and minibatches that never repeat a traj
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import run_script, tiny_dict
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from ragen_rllib.learner import TrajectoryMinibatches
+from ragen_rllib.learner.minibatches import TrajectoryMinibatches
+from ragen_rllib.maths.batching import num_minibatches
 
 
 def _batch(rows: int) -> MultiAgentBatch:
     ids = torch.arange(rows)[:, None].repeat(1, 3)  # [B, T]: row i holds i
-    return MultiAgentBatch({"default_policy": SampleBatch({"input_ids": ids})}, env_steps=rows)
+    owner = torch.arange(rows)  # one row per trajectory
+    cols = {"input_ids": ids, "row_trajectory": owner}
+    return MultiAgentBatch({"default_policy": SampleBatch(cols)}, env_steps=rows)
+
+
+def _minibatches(rows: int, minibatch_size, **kw) -> TrajectoryMinibatches:
+    steps = num_minibatches([rows], minibatch_size)
+    return TrajectoryMinibatches(_batch(rows), num_minibatches=steps, **kw)
 
 
 def _rows_seen(minibatches) -> list[list[int]]:
@@ -27,56 +30,40 @@ def _rows_seen(minibatches) -> list[list[int]]:
 
 
 def test_minibatches_cover_each_trajectory_once_per_epoch():
-    seen = _rows_seen(
-        TrajectoryMinibatches(_batch(5), minibatch_size=2, num_epochs=2, shuffle=False, seed=0)
-    )
-    assert seen == [[0, 1], [2, 3], [4], [0, 1], [2, 3], [4]]  # the last one is smaller
+    seen = _rows_seen(_minibatches(5, 2, num_epochs=2, shuffle=False, seed=0))
+    # ceil(5 / 2) = 3 minibatches per epoch, sizes as equal as possible.
+    assert seen == [[0, 1], [2, 3], [4], [0, 1], [2, 3], [4]]
 
 
 def test_shuffled_minibatches_are_a_seeded_permutation_per_epoch():
     def run(seed):
-        batches = _batch(7)
-        return _rows_seen(
-            TrajectoryMinibatches(batches, minibatch_size=3, num_epochs=2, shuffle=True, seed=seed)
-        )
+        return _rows_seen(_minibatches(7, 3, num_epochs=2, shuffle=True, seed=seed))
 
     first = run(11)
     assert first == run(11)  # reproducible, e.g. after a restore
     assert first != run(12)
-    assert [len(mb) for mb in first] == [3, 3, 1, 3, 3, 1]
+    assert [len(mb) for mb in first] == [3, 2, 2, 3, 2, 2]  # ceil(7 / 3) = 3, balanced
     for epoch in (first[:3], first[3:]):
         assert sorted(np.concatenate(epoch).tolist()) == list(range(7))
 
 
 def test_no_minibatch_size_means_one_minibatch_per_epoch():
-    it = TrajectoryMinibatches(_batch(4), minibatch_size=None, num_epochs=1, shuffle=False, seed=0)
+    it = _minibatches(4, None, num_epochs=1, shuffle=False, seed=0)
     assert _rows_seen(it) == [[0, 1, 2, 3]]
 
 
 # ----- through the algorithm (Ray) ---------------------------------------------------
-def _run_script(script: str, tmp: Path) -> dict:
-    env = {**os.environ, "HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp, env=env, capture_output=True, text=True,
-        timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-CONFIG = """{
-    "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin-raw", "env_groups": 2,
-    "group_size": 3, "max_turns": 2, "max_new_tokens": 8, "minibatch_size": 4,
-    "filter_keep_ratio": 1.0, "advantage_estimator": "grpo", "seed": 5,
-}"""
+CONFIG = repr(
+    tiny_dict(env="ragen/FrozenLakeNoSlip-v0", group_size=3, max_turns=2, max_new_tokens=8, seed=5)
+)
 
 
 @pytest.mark.slow
 def test_lifetime_counters_after_three_iterations_and_after_a_restore(tmp_path):
     script = f"""
 import json, ray
-from ragen_rllib.algorithm import StarPO
-from ragen_rllib.config import StarPOConfig
+from ragen_rllib.algorithms.starpo.starpo import StarPO
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False)
 algo = StarPOConfig.from_user_dict({CONFIG}).build_algo()
 rows, totals = [], {{"turns": 0, "tokens": 0}}
@@ -92,7 +79,7 @@ r = algo.train()
 after = {{"counters": r["counters"], "env_steps": r["num_env_steps_sampled_lifetime"]}}
 print(json.dumps({{"rows": rows, "after": after}}, default=float))
 """
-    out = _run_script(script, tmp_path)
+    out = run_script(script, tmp_path, timeout=900)
     turns = tokens = 0
     for i, row in enumerate(out["rows"], start=1):
         counters = row["counters"]
@@ -115,8 +102,8 @@ print(json.dumps({{"rows": rows, "after": after}}, default=float))
 def test_non_finite_updates_are_skipped_counted_and_stop_the_run(tmp_path):
     script = f"""
 import json, ray, torch
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.learner import StarPOTorchLearner
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 ray.init(num_cpus=2, include_dashboard=False)
 poison = {{"on": False}}
 original = StarPOTorchLearner.compute_loss_for_module
@@ -145,7 +132,7 @@ except Exception as err:
 out["still_unchanged"] = bool(torch.equal(before, weights()))
 print(json.dumps(out, default=float))
 """
-    out = _run_script(script, tmp_path)
+    out = run_script(script, tmp_path, timeout=900)
     assert out["healthy_skipped"] == 0
     assert out["poisoned_skipped"] == 1 and out["weights_unchanged"]
     assert out["error"] is not None and "2 updates in a row" in out["error"]

@@ -4,30 +4,23 @@ that offers only str observations and step(str), trained through `rllib train fi
 from __future__ import annotations
 
 import json
-import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
+from conftest import private_env, tiny_config, tiny_dict
 
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.context import FORMAT_HINT
-from ragen_rllib.env_loading import success_of
-from ragen_rllib.env_runner import LLMEnvRunner
+from ragen_rllib.env_runner.env_loading import make_env, success_of
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.env_runner.prompts import FORMAT_HINT
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_ENVS = Path(__file__).resolve().parent / "user_envs"
-SMALL = {
-    "llm": "builtin-raw",
-    "env_groups": 2,
-    "group_size": 2,
-    "max_turns": 1,
-    "max_new_tokens": 8,
-    "minibatch_size": 4,
-    "filter_keep_ratio": 1.0,
-    "advantage_estimator": "grpo",
-}
+#: The tiny config's values for a one-turn user env (the env itself is set per test).
+SMALL = {k: v for k, v in tiny_dict(max_new_tokens=8).items() if k != "env"}
 
 
 @pytest.fixture(autouse=True)
@@ -35,14 +28,45 @@ def user_envs_importable(monkeypatch):
     monkeypatch.syspath_prepend(str(USER_ENVS))
 
 
-def test_module_colon_id_and_env_module_pass_the_check():
-    StarPOConfig.from_user_dict({**SMALL, "env": "my_text_envs:SayTheWord-v0"}).check()
-    StarPOConfig.from_user_dict(
-        {**SMALL, "env": "SayTheWord-v0", "env_module": "my_text_envs"}
-    ).check()
-    StarPOConfig.from_user_dict(
-        {**SMALL, "env": "SayTheWord-v0", "env_module": ["json", "my_text_envs"]}
-    ).check()
+@pytest.fixture
+def user_envs_unimported(monkeypatch):
+    """Neither my_text_envs nor its ids are known yet (as in a fresh process): only
+    the config's own spelling can import and register them. Restored afterwards."""
+    monkeypatch.delitem(sys.modules, "my_text_envs", raising=False)
+    for env_id in ("SayTheWord-v0", "FlakySayTheWord-v0"):
+        monkeypatch.delitem(gym.registry, env_id, raising=False)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        {"env": "my_text_envs:SayTheWord-v0"},
+        {"env": "SayTheWord-v0", "env_module": "my_text_envs"},
+        {"env": "SayTheWord-v0", "env_module": ["json", "my_text_envs"]},
+    ],
+)
+def test_module_colon_id_and_env_module_pass_the_check(user_envs_unimported, spelling):
+    """Each spelling imports the user's module itself, passes the check, and makes
+    the user's env, which resets and steps as the user wrote it."""
+    # Unknown under its bare id until the config names the module.
+    with pytest.raises(ValueError, match="is not a registered env id"):
+        tiny_config(**SMALL, env="SayTheWord-v0").check()
+    cfg = tiny_config(**SMALL, **spelling)
+    cfg.check()
+    module = sys.modules["my_text_envs"]  # imported by the check, from the config
+    env = make_env(cfg)
+    assert env.spec.id == "SayTheWord-v0"
+    assert type(env.unwrapped) is module.SayTheWord
+    words = set()
+    for seed in range(8):
+        obs, info = env.reset(seed=seed)
+        # The user's own reset, seed for seed: "Say <word>", nothing in info.
+        assert (obs, info) == module.SayTheWord().reset(seed=seed)
+        word = re.fullmatch(r"Say (Up|Down|Left|Right)", obs).group(1)
+        words.add(word)
+        _, reward, terminated, truncated, _ = env.step(f"<answer>{word}</answer>")
+        assert (reward, terminated, truncated) == (1.0, True, False)
+    assert len(words) > 1  # the seed reaches the user's env
 
 
 @pytest.mark.parametrize(
@@ -63,12 +87,12 @@ def test_module_colon_id_and_env_module_pass_the_check():
 )
 def test_env_errors_name_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
-        StarPOConfig.from_user_dict({**SMALL, **overrides}).check()
+        tiny_config(**{**SMALL, **overrides}).check()
 
 
 def test_plain_env_uses_the_documented_fallbacks():
     runner = LLMEnvRunner(
-        config=StarPOConfig.from_user_dict({**SMALL, "env": "my_text_envs:SayTheWord-v0"}),
+        config=tiny_config(**SMALL, env="my_text_envs:SayTheWord-v0"),
         worker_index=0,
     )
     trajs = runner.sample()
@@ -108,12 +132,7 @@ def test_train_file_trains_a_users_env_in_every_ray_process(tmp_path):
         f"{config}\n"
     )
     storage = tmp_path / "results"
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PYTHONPATH": str(USER_ENVS),
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = private_env(tmp_path, PYTHONPATH=str(USER_ENVS))
     proc = subprocess.run(
         [sys.executable, "-m", "ragen_rllib.cli", "train", "file", str(exp),
          "--storage-path", str(storage)],

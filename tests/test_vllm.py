@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import private_env, run_script, tiny_config, tiny_dict
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.connectors import build_learner_pipeline
-from ragen_rllib.engine import HFEngine, SamplingParams
-from ragen_rllib.rl_module import LLMRLModule
+from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.engines.base import SamplingParams
+from ragen_rllib.engines.hf_engine import HFEngine
+from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 pytestmark = pytest.mark.vllm
 
@@ -30,27 +31,28 @@ ROOT = Path(__file__).resolve().parents[1]
 KV_GB = 0.25  # a small KV cache: the tests' sequences are short
 
 
-def vllm_config(**overrides) -> StarPOConfig:
-    base = {
-        "env": "ragen/FrozenLakeNoSlip-v0",
-        "llm": "builtin",
-        "engine": "vllm",
-        "num_env_runners": 1,
-        "vllm_kv_cache_gb": KV_GB,
-        "env_groups": 2,
-        "group_size": 3,
-        "max_turns": 3,
-        "max_new_tokens": 16,
-        "max_context_tokens": 1024,
-        "minibatch_size": 2,
-        "filter_keep_ratio": 1.0,
-    }
-    return StarPOConfig.from_user_dict({**base, **overrides})
+#: The tiny config on the vLLM engine, in one remote rollout actor.
+VLLM = {
+    "env": "ragen/FrozenLakeNoSlip-v0",
+    "llm": "builtin",
+    "engine": "vllm",
+    "num_env_runners": 1,
+    "vllm_kv_cache_gb": KV_GB,
+    "group_size": 3,
+    "max_turns": 3,
+    "max_new_tokens": 16,
+    "max_context_tokens": 1024,
+    "minibatch_size": 2,
+}
+
+
+def vllm_config(**overrides):
+    return tiny_config(**{**VLLM, "advantage_estimator": "gae", **overrides})
 
 
 @pytest.fixture(scope="module")
 def runner():
-    from ragen_rllib.env_runner import LLMEnvRunner
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 
     return LLMEnvRunner(config=vllm_config(), worker_index=0)
 
@@ -66,9 +68,9 @@ def test_generation_stops_at_eos_and_is_reproducible(runner):
     out = engine.generate(prompts, params, seed=11)
     assert len(out) == 4
     for g in out:
-        assert 1 <= len(g.ids) <= 16 and len(g.logprobs) == len(g.ids)
+        assert 1 <= len(g.ids) <= 16 and len(g.behaviour_logp) == len(g.ids)
         assert all(0 <= i < len(tok) for i in g.ids)
-        assert all(math.isfinite(lp) and lp <= 0 for lp in g.logprobs)
+        assert all(math.isfinite(lp) and lp <= 0 for lp in g.behaviour_logp)
         # eos ends an answer and appears nowhere else in it.
         assert g.ended_with_eos == (g.ids[-1] == tok.eos_token_id)
         assert tok.eos_token_id not in g.ids[:-1]
@@ -91,7 +93,9 @@ def test_greedy_answers_equal_the_hf_engines(runner):
     ref = hf.generate(prompts, params, seed=0)
     for a, b in zip(ours, ref, strict=True):
         assert a.ids == b.ids
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) <= 1e-3
+        assert (
+            max(abs(x - y) for x, y in zip(a.behaviour_logp, b.behaviour_logp, strict=True)) <= 1e-3
+        )
 
 
 def _hf_logprobs(model, prompt, ids, temperature):
@@ -118,7 +122,7 @@ def _check_against_hf(engine, model, prompts, temperatures, seed):
         params = SamplingParams(temperature=t, top_p=1.0, max_new_tokens=24)
         for p, g in zip(prompts, engine.generate(prompts, params, seed=seed), strict=True):
             ref = _hf_logprobs(model, p, g.ids, t)
-            worst = max(worst, (ref - torch.tensor(g.logprobs)).abs().max().item())
+            worst = max(worst, (ref - torch.tensor(g.behaviour_logp)).abs().max().item())
     return worst
 
 
@@ -135,7 +139,7 @@ def test_logprobs_equal_the_hf_models_after_a_weight_update(runner):
     assert before <= 1e-3, before
     state = _perturbed(model)
     engine.load_weights(state, version=3)
-    assert engine.weights_version == 3
+    assert engine.policy_version == 3
     worst = _check_against_hf(engine, model, prompts, [1.0, 0.7], seed=3)
     assert worst <= 1e-3, worst
     # A control: the old weights' log-probabilities are far from the new ones.
@@ -151,7 +155,7 @@ def test_logprobs_equal_the_hf_models_after_a_weight_update(runner):
 def _untied_check(model_dir: str) -> float:
     """Build an engine on ``model_dir`` (an untied copy of the built-in model), update
     its weights, and return the worst log-probability difference to the HF model."""
-    from ragen_rllib.vllm_engine import VLLMEngine
+    from ragen_rllib.engines.vllm_engine import VLLMEngine
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -203,23 +207,18 @@ def test_token_in_token_out_with_the_vllm_engine(runner):
         out = module.forward_train(batch)
     mask = batch["response_mask"] > 0
     assert int(mask.sum()) == sum(t.response_tokens for t in trajs) > 0
-    diff = (out["logp"] - batch["old_logp"])[mask].abs().max().item()
+    diff = (out["logp"] - batch["behaviour_logp"])[mask].abs().max().item()
     assert diff <= 1e-4, diff
 
 
+LORA_CONFIG = tiny_dict(**{**VLLM, "max_turns": 2, "lora_rank": 4, "lora_alpha": 8.0})
 LORA_SCRIPT = """
 import json, torch
-from ragen_rllib.config import StarPOConfig
-from ragen_rllib.connectors import build_learner_pipeline
-from ragen_rllib.env_runner import LLMEnvRunner
-from ragen_rllib.rl_module import ACTOR_PREFIX, LLMRLModule
-cfg = StarPOConfig.from_user_dict({
-    "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "engine": "vllm",
-    "num_env_runners": 1, "vllm_kv_cache_gb": %(kv)s, "env_groups": 2, "group_size": 3,
-    "max_turns": 2, "max_new_tokens": 16, "max_context_tokens": 1024, "minibatch_size": 2,
-    "filter_keep_ratio": 1.0, "advantage_estimator": "grpo", "lora_rank": 4,
-    "lora_alpha": 8.0,
-})
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
+cfg = StarPOConfig.from_user_dict(CONFIG)
 runner = LLMEnvRunner(config=cfg, worker_index=0)
 torch.manual_seed(0)
 module = LLMRLModule(observation_space=None, action_space=None,
@@ -229,17 +228,16 @@ with torch.no_grad():
         if "lora_B" in name:
             p.normal_(std=0.05)
 sent = module.actor_weights()
-runner.set_state({"rl_module": {ACTOR_PREFIX + k: v for k, v in sent.items()},
-                  "weights_seq_no": 1})
+runner.set_state({"rl_module": sent, "weights_seq_no": 1})
 trajs = runner.sample()
 batch = build_learner_pipeline(cfg)(rl_module={"default_policy": module}, batch={},
                                     episodes=trajs)["default_policy"]
 with torch.no_grad():
     out = module.forward_train({k: torch.as_tensor(v) for k, v in batch.items()})
 mask = torch.as_tensor(batch["response_mask"]) > 0
-diff = (out["logp"] - torch.as_tensor(batch["old_logp"]))[mask].abs().max().item()
+diff = (out["logp"] - torch.as_tensor(batch["behaviour_logp"]))[mask].abs().max().item()
 print(json.dumps({"diff": diff, "adapter_only": all("lora_" in k for k in sent),
-                  "version": runner.engine.weights_version}))
+                  "version": runner.engine.policy_version}))
 """
 
 
@@ -247,12 +245,10 @@ def test_lora_adapters_reach_the_vllm_engine_merged(tmp_path):
     """Under LoRA only the adapter travels; the rollout actor merges it into the base
     weights and the vLLM engine samples with the adapted policy (its log-probabilities
     equal the learner's). In a process of its own, like the untied-head check."""
-    done = subprocess.run(
-        [sys.executable, "-c", LORA_SCRIPT % {"kv": KV_GB}], cwd=tmp_path,
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # The inherited environment, HOME included, as for the untied-head check.
+    out = run_script(
+        LORA_SCRIPT, tmp_path, timeout=600, env=os.environ, define={"CONFIG": LORA_CONFIG}
+    )
     assert out["adapter_only"] and out["version"] == 1
     assert out["diff"] <= 1e-3, out
 
@@ -269,7 +265,7 @@ def test_the_bandit_example_learns_with_vllm_rollout_actors(tmp_path):
         "async_rollouts": True,
         "vllm_kv_cache_gb": 0.5,
     }
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    env = private_env(tmp_path)
     proc = subprocess.run(
         [
             sys.executable, "-m", "ragen_rllib.cli", "train", "file",

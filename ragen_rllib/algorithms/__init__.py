@@ -1,0 +1,1 @@
+"""RLlib algorithms of this project, one folder each (as ``ray.rllib.algorithms``)."""

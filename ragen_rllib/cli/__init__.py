@@ -1,0 +1,67 @@
+"""The ``rllib`` command: ``rllib train file <yaml>`` and ``rllib evaluate <checkpoint>``.
+
+Ray 2.60 ships no ``rllib`` console script, so the project provides one for the
+classic experiment YAML format (:mod:`ragen_rllib.cli.experiments`); training
+runs through Ray Tune (:mod:`ragen_rllib.cli.train`), evaluation loads a
+checkpoint (:mod:`ragen_rllib.cli.evaluate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ragen_rllib.cli.evaluate import evaluate
+from ragen_rllib.cli.experiments import UsageError
+from ragen_rllib.cli.train import train
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rllib", description="ragen-rllib command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_train = sub.add_parser("train", help="train from an experiment YAML file")
+    train_sub = p_train.add_subparsers(dest="source", required=True)
+    p_file = train_sub.add_parser("file", help="rllib train file <experiment.yaml>")
+    p_file.add_argument("file")
+    p_file.add_argument("--stop", help="JSON object merged into every experiment's stop")
+    p_file.add_argument("--config", help="JSON object merged into every experiment's config")
+    p_file.add_argument("--storage-path", help="where Tune writes results (default ~/ray_results)")
+    p_file.add_argument("--num-cpus", type=int, default=None)
+    p_file.add_argument("--dashboard", action="store_true", help="start the Ray dashboard")
+    p_file.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run of this file (same --storage-path) from each "
+        "trial's newest checkpoint, through Tune's restore",
+    )
+    p_file.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="load the file and check every experiment (every grid point, and the GPUs "
+        "it asks for), print what was checked and exit 0, without starting Ray",
+    )
+    p_eval = sub.add_parser("evaluate", help="evaluate a checkpoint on fixed initial states")
+    p_eval.add_argument("checkpoint")
+    # Defaults: the checkpoint's own eval_num_states, eval_temperature and eval_seed.
+    p_eval.add_argument("--num-states", type=int, default=None)
+    p_eval.add_argument("--temperature", type=float, default=None)
+    p_eval.add_argument("--max-turns", type=int, default=None)
+    p_eval.add_argument("--seed", type=int, default=None, help="first evaluation seed")
+    p_eval.add_argument("--num-cpus", type=int, default=None)
+    args = parser.parse_args(argv)
+    # Our own progress (e.g. the built-in model's first build) on stderr.
+    log = logging.getLogger("ragen_rllib")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("ragen_rllib: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    try:
+        return train(args) if args.command == "train" else evaluate(args)
+    except UsageError as err:
+        print(f"rllib: error: {err}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as err:
+        print(f"rllib: invalid configuration: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,226 @@
+"""``rllib train file``: the experiments run through Ray Tune, with a short first screen.
+
+Results (``result.json``, ``progress.csv``), TensorBoard event files and
+checkpoints land in Tune's storage path (``--storage-path``, default
+``~/ray_results``). The console shows a header per experiment (what runs where,
+and where its results go), then one line per iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+from pathlib import Path
+
+from ragen_rllib.algorithms.starpo.checkpoint import CorruptCheckpointError, verify_checkpoint
+from ragen_rllib.cli.experiments import (
+    UsageError,
+    build_config,
+    check_stop,
+    json_arg,
+    load_experiments,
+    param_space,
+)
+
+
+def header(name: str, config, grid: dict, storage: str) -> str:
+    """The lines printed before an experiment starts: what runs where, and where its
+    results go (RLlib's full config is in each trial's ``params.json``)."""
+    runners = config.num_env_runners
+    learners = max(1, config.num_learners)
+    trials = len(list(itertools.product(*grid.values()))) if grid else 1
+    where = os.path.join(storage, name)
+    lines = [
+        f"== {name}: StarPO on {config.env} ==",
+        f"  model      {config.llm} ({config.model_dtype})",
+        f"  batch      P={config.env_groups} groups x N={config.group_size} rollouts, "
+        f"K<={config.max_turns} turns; {config.advantage_estimator}, "
+        f"filter {config.filter_strategy} {config.filter_value_used:g}",
+        f"  rollout    engine {config.engine} in "
+        + (f"{runners} runner actor(s)" if runners else "the driver")
+        + (", asynchronous" if config.async_rollouts else ""),
+        f"  learners   {learners} ({config.learner_strategy if learners > 1 else 'one'})",
+    ]
+    if grid:
+        lines.append(f"  sweep      {trials} trials over {', '.join(sorted(grid))}")
+    lines += [
+        f"  results    {where}",
+        f"  curves     tensorboard --logdir {where}",
+    ]
+    return "\n".join(lines)
+
+
+def _print_progress():
+    from ray import tune
+
+    class Progress(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            r = result.get("rollout", {})
+            learner = result.get("learners", {}).get("default_policy", {})
+            ev = result.get("evaluation", {})
+            line = (
+                f"[{trial.trial_id}] iter {result.get('training_iteration')}: "
+                f"success {r.get('success_rate', float('nan')):.3f} "
+                f"reward {r.get('reward_mean', float('nan')):.3f} "
+                f"group-std {r.get('in_group_reward_std', float('nan')):.3f} "
+                f"entropy {learner.get('entropy', float('nan')):.3f} "
+                f"time {result.get('time_total_s', 0):.0f}s"
+            )
+            # Evaluation runs every `eval_interval` iterations; between runs the
+            # key is absent or NaN.
+            ev_success = ev.get("success_rate", float("nan"))
+            if ev_success == ev_success:
+                line += f" | eval success {ev_success:.3f}"
+            timing = result.get("timing", {})
+            if timing:
+                # Stage times: waiting for the sample, the update, the weight sync; the
+                # idle shares of the runners and the learner; the policy lag trained on.
+                line += (
+                    f" | wait {timing.get('sample_wait_s', 0):.2f}s "
+                    f"learn {timing.get('update_s', 0):.2f}s "
+                    f"sync {timing.get('sync_s', 0):.2f}s "
+                    f"idle runners {timing.get('runner_idle_share', 0):.0%} "
+                    f"learner {timing.get('learner_idle_share', 0):.0%} "
+                    f"lag {r.get('policy_lag_mean', 0):.1f}"
+                )
+            print(line, flush=True)
+
+    return Progress()
+
+
+def check_dashboard_installed() -> None:
+    """The dashboard needs Ray's "default" extra; say so before Ray starts without it."""
+    import importlib.util
+
+    missing = [
+        m for m in ("aiohttp", "opencensus", "prometheus_client") if not importlib.util.find_spec(m)
+    ]
+    if missing:
+        raise UsageError(
+            f"--dashboard needs Ray's dashboard packages (missing: {', '.join(missing)}); "
+            "install them with: pip install -c constraints.txt 'ragen-rllib[dashboard]' "
+            "(or 'ray[default]' at the installed ray version)"
+        )
+
+
+def check_resumable(path: str, name: str) -> None:
+    """Fail before Ray starts when there is nothing to resume or a checkpoint is damaged."""
+    from ray import tune
+
+    if not tune.Tuner.can_restore(path):
+        raise UsageError(
+            f"--resume: no experiment {name!r} to resume under {path}; check --storage-path, "
+            "or run without --resume to start it"
+        )
+    for trial in sorted(Path(path).glob("*/")):
+        checkpoints = sorted(trial.glob("checkpoint_*"))
+        if checkpoints:  # Tune resumes each trial from its newest checkpoint
+            try:
+                verify_checkpoint(checkpoints[-1])
+            except CorruptCheckpointError as err:
+                raise UsageError(
+                    f"--resume: {err}. Delete that checkpoint folder to resume from the one "
+                    "before it."
+                ) from err
+
+
+def train(args: argparse.Namespace) -> int:
+    experiments = load_experiments(args.file)
+    stop_override = check_stop(json_arg(args.stop, "--stop"), "--stop")
+    config_override = json_arg(args.config, "--config")
+    if args.num_cpus is not None and args.num_cpus < 1:
+        raise UsageError(f"--num-cpus {args.num_cpus} is invalid; allowed: an integer >= 1")
+    # Every experiment (every grid point, and its GPUs when Ray is local) is checked
+    # before Ray starts.
+    configs = {
+        name: build_config(exp, config_override, name=name) for name, exp in experiments.items()
+    }
+    storages = {
+        name: os.path.abspath(
+            os.path.expanduser(args.storage_path or exp.get("storage_path") or "~/ray_results")
+        )
+        for name, exp in experiments.items()
+    }
+    if args.resume:
+        for name in experiments:
+            check_resumable(os.path.join(storages[name], name), name)
+    if args.dry_run:
+        for name, (_, grid) in configs.items():
+            points = len(list(itertools.product(*grid.values())))
+            print(f"experiment {name!r}: OK ({points} config(s) checked)")
+        return 0
+
+    # Tune snapshots its experiment state (trial statuses, their newest checkpoints,
+    # result.json) into the storage path every few seconds by default; a run killed
+    # between two snapshots would resume from an older checkpoint and lose the rows of
+    # the iterations since. Snapshot on every step of Tune's loop instead: it writes a
+    # small JSON file and copies the trial logs, cheap next to an LLM iteration.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
+    # A short first screen: our header and one line per iteration replace Tune's
+    # tables, and no process draws a progress bar for every model it loads (Ray's
+    # workers inherit these settings).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import ray
+    from ray import tune
+
+    from ragen_rllib import register_with_tune
+
+    register_with_tune()
+    if not ray.is_initialized():
+        if args.dashboard:
+            check_dashboard_installed()
+        context = ray.init(
+            include_dashboard=args.dashboard,
+            dashboard_host="127.0.0.1",  # this machine only; tunnel it to look from elsewhere
+            num_cpus=args.num_cpus,
+            log_to_driver=True,
+        )
+        if args.dashboard:
+            print(f"Ray dashboard: http://{context.dashboard_url}", flush=True)
+    status = 0
+    for name, exp in experiments.items():
+        ckpt = exp.get("checkpoint_config") or {}
+        storage = storages[name]
+        if args.resume:
+            # Tune's own restore: finished trials stay finished, the others go on from
+            # their newest checkpoint (weights, optimizer, counters, RNG states).
+            tuner = tune.Tuner.restore(
+                os.path.join(storage, name),
+                trainable=exp["run"],
+                param_space=param_space(*configs[name]),
+                resume_unfinished=True,
+                resume_errored=True,
+            )
+        else:
+            print(header(name, *configs[name], storage), flush=True)
+            tuner = tune.Tuner(
+                exp["run"],  # resolved through Tune's registry, like any registered trainable
+                param_space=param_space(*configs[name]),
+                run_config=tune.RunConfig(
+                    name=name,
+                    storage_path=storage,
+                    stop={**(exp.get("stop") or {}), **stop_override},
+                    checkpoint_config=tune.CheckpointConfig(
+                        checkpoint_frequency=int(ckpt.get("checkpoint_frequency", 0)),
+                        checkpoint_at_end=bool(ckpt.get("checkpoint_at_end", True)),
+                        num_to_keep=ckpt.get("num_to_keep"),
+                    ),
+                    callbacks=[_print_progress()],
+                    # Our header and one line per iteration, instead of Tune's tables
+                    # (the full config is in each trial's params.json).
+                    verbose=0,
+                ),
+            )
+        results = tuner.fit()
+        for result in results:
+            if result.error:
+                print(f"experiment {name!r} failed: {result.error}", file=sys.stderr)
+                status = 1
+            else:
+                print(f"experiment {name!r}: results in {result.path}")
+                if result.checkpoint:
+                    print(f"  checkpoint: {result.checkpoint.path}")
+    return status

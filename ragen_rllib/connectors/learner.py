@@ -1,0 +1,187 @@
+"""Learner connectors: trajectories into the token batch the loss reads.
+
+An RLlib ConnectorV2 pipeline run inside every learner on its shard of the
+batch (RLlib's ``episodes`` argument: here always
+:class:`~ragen_rllib.env_runner.trajectory.Trajectory` records):
+
+1. :class:`TrajectoriesToBatch` right-pads every training sequence into [R, T]
+   rows and lays out each trajectory's response stream;
+2. :class:`ComputeAdvantages` gives every generated token its advantage: by the
+   estimator's registry row with the critic's values (GAE, bi-level GAE), or, for
+   the critic-free estimators, from the per-turn advantages the sample-batch
+   stage computed on whole groups (:mod:`ragen_rllib.maths.estimators` says why
+   two stages);
+3. :class:`ToTensors` moves the columns onto the learner's device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from ragen_rllib.distributed.collectives import agreed_count, is_sharded, summed_over_learners
+from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.maths import advantages as adv
+from ragen_rllib.maths.batching import fill_plan, from_stream, microbatch_rows, take_rows, to_stream
+from ragen_rllib.maths.estimators import ESTIMATORS, StreamBatch
+
+#: Per-trajectory columns: read by ComputeAdvantages and removed there, so that every
+#: column the learner's minibatches see has one row per training sequence.
+TRAJECTORY_COLUMNS = (
+    "stream_index",
+    "stream_turn",
+    "turn_end_index",
+    "turn_rewards",
+    "turn_advantages",
+)
+
+
+class TrajectoriesToBatch(ConnectorV2):
+    """Right-pad every training sequence (segment) of the trajectories into [R, T] rows.
+
+    Row columns: ``input_ids``, ``attention_mask``, ``response_mask`` (1 on generated
+    tokens), ``behaviour_logp`` and ``row_trajectory`` (the row's trajectory, so that
+    the minibatches keep a trajectory's rows together). Per-trajectory columns for the
+    advantage estimators: ``stream_index``  # [B, L], the flat [R * T] position of each of
+    the trajectory's generated tokens in order (its "response stream", -1 as padding),
+    ``stream_turn``  # [B, L], the turn of each stream token (-1 as padding),
+    ``turn_end_index``  # [B, K], each turn's last token in that stream (-1: none),
+    ``turn_rewards`` and ``turn_advantages``  # [B, K] (the latter from the sample stage).
+    """
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
+        trajectories = episodes  # RLlib's name for them
+        segments = [(b, seg) for b, t in enumerate(trajectories) for seg in t.segments]
+        rows, width = len(segments), max(len(seg) for _, seg in segments)
+        turns = max(max(t.num_turns for t in trajectories), 1)
+        stream = max(max(t.response_tokens for t in trajectories), 1)
+        n = len(trajectories)
+        cols: dict[str, Any] = {
+            "input_ids": np.zeros((rows, width), np.int64),
+            "attention_mask": np.zeros((rows, width), np.int64),
+            "response_mask": np.zeros((rows, width), np.float32),
+            "behaviour_logp": np.zeros((rows, width), np.float32),
+            "row_trajectory": np.array([b for b, _ in segments], np.int64),
+            "stream_index": np.full((n, stream), -1, np.int64),
+            "turn_end_index": np.full((n, turns), -1, np.int64),
+            "stream_turn": np.full((n, stream), -1, np.int64),
+            "turn_rewards": np.zeros((n, turns), np.float32),
+            "turn_advantages": np.zeros((n, turns), np.float32),
+        }
+        for r, (_, seg) in enumerate(segments):
+            length = len(seg)
+            cols["input_ids"][r, :length] = seg.input_ids
+            cols["attention_mask"][r, :length] = 1
+            cols["response_mask"][r, :length] = seg.response_mask
+            cols["behaviour_logp"][r, :length] = seg.behaviour_logp
+        first_row = 0
+        for b, t in enumerate(trajectories):
+            pos = 0
+            for k, (seg, start, end) in enumerate(t.turn_spans):
+                flat = (first_row + seg) * width  # the row's first token, flattened
+                span = np.arange(flat + start, flat + end)
+                cols["stream_index"][b, pos : pos + len(span)] = span
+                cols["stream_turn"][b, pos : pos + len(span)] = k
+                pos += end - start
+                # A turn whose answer is empty has no token to carry its reward.
+                cols["turn_end_index"][b, k] = pos - 1 if end > start else -1
+            cols["turn_rewards"][b, : t.num_turns] = t.turn_rewards
+            cols["turn_advantages"][b, : len(t.turn_advantages)] = t.turn_advantages
+            first_row += len(t.segments)
+        batch[DEFAULT_MODULE_ID] = cols
+        return batch
+
+
+class ComputeAdvantages(ConnectorV2):
+    """Token rewards, then advantages and value targets for the loss.
+
+    The estimators run on each trajectory's response stream (its generated tokens
+    in order, across turns and segments), so they give the same result whether a
+    trajectory is one sequence or one sequence per turn; the results are then
+    placed back on the rows.
+    """
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.estimator = ESTIMATORS[config.advantage_estimator]
+        self.settings = config.advantage_settings()
+        self.whiten = config.whiten_advantages
+        self.max_tokens = config.max_tokens_per_microbatch
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        cols = batch[DEFAULT_MODULE_ID]
+        per_traj = {key: torch.from_numpy(cols.pop(key)) for key in TRAJECTORY_COLUMNS}
+        mask = torch.from_numpy(cols["response_mask"])  # [R, T]
+        index = per_traj["stream_index"]  # [B, L]
+        if not self.estimator.needs_critic:  # the sample stage gave every turn its own
+            turn = per_traj["stream_turn"]  # [B, L]
+            stream_adv = per_traj["turn_advantages"].gather(1, turn.clamp_min(0))  # [B, L]
+            stream_adv = torch.where(turn >= 0, stream_adv, torch.zeros_like(stream_adv))
+            a = from_stream(stream_adv, index, mask.shape)
+            cols["advantages"] = a.numpy().astype(np.float32)
+            return batch
+        module = rl_module[DEFAULT_MODULE_ID] if DEFAULT_MODULE_ID in rl_module else rl_module
+        module = module.unwrapped() if hasattr(module, "unwrapped") else module
+        device = next(module.parameters()).device
+        values = critic_values(
+            module, cols["input_ids"], cols["attention_mask"], device, self.max_tokens
+        )  # [R, T]
+        values = values * mask
+        stream = StreamBatch(
+            values=to_stream(values, index),  # [B, L]
+            mask=(index >= 0).float(),  # [B, L]
+            turn_end_index=per_traj["turn_end_index"],  # [B, K]
+            turn_rewards=per_traj["turn_rewards"],  # [B, K]
+        )
+        advantages, returns = self.estimator.advantages(stream, self.settings)
+        stream_mask = stream.mask
+        if self.whiten:  # over the whole batch, also when learners hold parts of it
+            advantages = adv.masked_whiten(
+                advantages, stream_mask, reduce_sum=lambda t: summed_over_learners(t, device)
+            )
+        cols["advantages"] = from_stream(advantages, index, mask.shape).numpy().astype(np.float32)
+        cols["value_targets"] = from_stream(returns, index, mask.shape).numpy().astype(np.float32)
+        cols["old_values"] = values.numpy().astype(np.float32)
+        return batch
+
+
+def critic_values(module, input_ids, attention_mask, device, max_tokens) -> torch.Tensor:
+    """The critic's values for a [R, T] batch, in micro-batches of at most
+    ``max_tokens`` padded tokens (None: one pass)  # -> [R, T] fp32 on the CPU."""
+    ids, attn = torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
+    out = torch.zeros(ids.shape, dtype=torch.float32)
+    plan = microbatch_rows(attn.sum(1).tolist(), max_tokens)
+    if any(is_sharded(p) for p in module.parameters()):
+        # FSDP: each forward gathers the critic's layers from all learners, which must
+        # therefore run as many passes as the learner with the most.
+        plan = fill_plan(plan, agreed_count(len(plan), device))
+    with torch.no_grad():
+        for rows in plan:
+            part = take_rows({"input_ids": ids, "attention_mask": attn}, rows or [0])
+            values = module.compute_values({k: v.to(device) for k, v in part.items()})
+            if rows:
+                out[torch.as_tensor(rows), : values.shape[1]] = values.float().cpu()
+    return out
+
+
+class ToTensors(ConnectorV2):
+    """Last piece: numpy columns to torch tensors on the learner's device."""
+
+    def __init__(self, device=None, **kwargs):
+        super().__init__(**kwargs)
+        self.device = device
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        for module_id, cols in batch.items():
+            batch[module_id] = {k: torch.as_tensor(v, device=self.device) for k, v in cols.items()}
+        return batch
+
+
+def build_learner_pipeline(config, device=None) -> ConnectorPipelineV2:
+    pieces = [TrajectoriesToBatch(), ComputeAdvantages(config), ToTensors(device)]
+    return ConnectorPipelineV2(connectors=pieces)

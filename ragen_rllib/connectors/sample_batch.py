@@ -1,0 +1,170 @@
+"""Sample-batch connectors: what the driver does to a whole rollout batch before the update.
+
+An RLlib ConnectorV2 pipeline that ``StarPO.training_step`` runs on every fresh
+batch, before the batch is split between the learners, so that every group of
+rollouts is still whole:
+
+1. :class:`DropEnvErrorGroups`: the groups of trajectories whose env raised leave
+   the update (or the run stops, past ``max_env_error_share``);
+2. :class:`RolloutFilter`: StarPO-S / RAGEN-2 rollout filtering by in-group reward
+   spread;
+3. :class:`GroupAdvantages`: the critic-free estimators' advantages, one per turn
+   (estimators with a critic get theirs in :mod:`ragen_rllib.connectors.learner`,
+   where the critic is; :mod:`ragen_rllib.maths.estimators` says why two stages).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+
+from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, TurnBatch
+from ragen_rllib.maths.filters import filter_groups
+
+
+class EnvErrorBudgetExceeded(RuntimeError):
+    """More of a batch failed in the env than ``max_env_error_share`` allows."""
+
+
+class DropEnvErrorGroups(ConnectorV2):
+    """Drops every group that holds a trajectory whose env raised in reset() or step().
+
+    A failed trajectory has no true return, and any stand-in value would bias its
+    group's baseline, so the whole group leaves the update. When more than
+    ``max_share`` of the batch failed, the run stops with an error instead.
+    """
+
+    def __init__(self, max_share: float, **kwargs):
+        super().__init__(**kwargs)
+        self.max_share = max_share
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], metrics=None, **kwargs):
+        trajectories = episodes  # RLlib's name for them
+        failed = [t for t in trajectories if t.end_reason == "env_error"]
+        bad_groups = {t.group for t in failed}
+        if metrics is not None:
+            metrics.log_value(("rollout", "env_error_groups_dropped"), len(bad_groups), window=1)
+        if not failed:
+            return batch
+        share = len(failed) / len(trajectories)
+        if share > self.max_share:
+            first = failed[0]
+            raise EnvErrorBudgetExceeded(
+                f"{len(failed)} of {len(trajectories)} trajectories ({share:.0%}) hit an exception "
+                f"in the env, more than max_env_error_share={self.max_share}. First: env "
+                f"{first.env_id!r}, seed {first.seed}: {first.error}"
+            )
+        trajectories[:] = [t for t in trajectories if t.group not in bad_groups]
+        return batch
+
+
+class RolloutFilter(ConnectorV2):
+    """StarPO-S / RAGEN-2 rollout filtering: keep the groups whose rewards vary most
+    (:func:`~ragen_rllib.maths.filters.filter_groups` says how), and log the kept
+    share of trajectories, the groups kept, and the mean in-group reward std
+    before and after."""
+
+    def __init__(self, strategy, value, direction, include_zero, metric, **kwargs):
+        super().__init__(**kwargs)
+        self.settings = {
+            "strategy": strategy,
+            "value": value,
+            "direction": direction,
+            "include_zero": include_zero,
+            "metric": metric,
+        }
+
+    @property
+    def keeps_everything(self) -> bool:
+        s = self.settings
+        return s["strategy"] == "top_k" and s["value"] >= 1.0 and s["include_zero"]
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], metrics=None, **kwargs):
+        trajectories = episodes  # RLlib's name for them
+        if self.keeps_everything or not trajectories:
+            return batch
+        rewards = np.array([t.total_reward for t in trajectories])
+        groups = np.array([t.group for t in trajectories])
+        result = filter_groups(rewards, groups, **self.settings)
+        kept = [t for t, k in zip(trajectories, result.keep.tolist(), strict=True) if k]
+        if metrics is not None:
+            metrics.log_dict(
+                {
+                    "kept_fraction": len(kept) / len(trajectories),
+                    "groups_kept": result.groups_after,
+                    "groups_before": result.groups_before,
+                    "in_group_std_before": result.std_before,
+                    "in_group_std_after": result.std_after,
+                },
+                key="filter",
+                window=1,
+            )
+        trajectories[:] = kept
+        return batch
+
+
+class GroupAdvantages(ConnectorV2):
+    """Critic-free advantages from the whole batch: one per turn of every trajectory
+    (``turn_advantages``), by the estimator's registry row
+    (:mod:`ragen_rllib.maths.estimators`).
+
+    A trajectory's reward is compared with a baseline group: the rollouts of its
+    initial state (``grouping="state"``), the whole batch (``"batch"``) or its env
+    id (``"env"``).
+    """
+
+    def __init__(self, estimator: str, settings: AdvantageSettings, grouping: str = "state", **kw):
+        super().__init__(**kw)
+        self.estimator = ESTIMATORS[estimator]
+        if self.estimator.needs_critic:
+            raise ValueError(f"{estimator!r} needs a critic: its advantages are the learner's")
+        self.settings, self.grouping = settings, grouping
+
+    def _baseline_groups(self, trajectories: list[Trajectory]) -> list[Any]:
+        if self.grouping == "batch":
+            return [0] * len(trajectories)
+        if self.grouping == "env":
+            return [t.env_id for t in trajectories]
+        return [t.group for t in trajectories]
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
+        trajectories = episodes  # RLlib's name for them
+        if not trajectories:
+            return batch
+        inputs = TurnBatch(
+            turn_rewards=[t.turn_rewards for t in trajectories],
+            groups=[t.group for t in trajectories],
+            baseline_groups=self._baseline_groups(trajectories),
+            anchors=[t.turn_observations[: t.num_turns] for t in trajectories],
+            turn_tokens=[[end - start for _, start, end in t.turn_spans] for t in trajectories],
+        )
+        per_turn = self.estimator.advantages(inputs, self.settings)
+        for t, values in zip(trajectories, per_turn, strict=True):
+            t.turn_advantages = [float(a) for a in values]
+        return batch
+
+
+def build_sample_pipeline(config) -> ConnectorPipelineV2:
+    pieces: list[ConnectorV2] = [
+        DropEnvErrorGroups(config.max_env_error_share),
+        RolloutFilter(
+            config.filter_strategy,
+            config.filter_value_used,
+            config.filter_direction,
+            config.filter_include_zero,
+            config.filter_metric,
+        ),
+    ]
+    if not config.uses_critic:
+        pieces.append(
+            GroupAdvantages(
+                config.advantage_estimator,
+                config.advantage_settings(),
+                config.reward_norm_grouping,
+            )
+        )
+    return ConnectorPipelineV2(connectors=pieces)

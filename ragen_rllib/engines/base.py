@@ -1,0 +1,101 @@
+"""Rollout engines: token ids in, sampled token ids and their log-probabilities out.
+
+Sits inside the env runner. The env runner gives the engine the token ids of
+every active trajectory at a turn; the engine samples one answer per
+trajectory, in one batch, and returns the sampled ids with the log-probability
+of each under the temperature-scaled distribution ``softmax(logits / T)``
+(before top-p truncation): the behaviour log-probs. The learner recomputes
+exactly that quantity, so the behaviour log-probs and the first update's
+``logp_new`` agree (token in, token out).
+
+Two engines meet this contract: :class:`~ragen_rllib.engines.hf_engine.HFEngine`
+(transformers, the CPU default) and
+:class:`~ragen_rllib.engines.vllm_engine.VLLMEngine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature: softmax temperature (0 means greedy); top_p: nucleus mass kept;
+    max_new_tokens: tokens generated per turn at most."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Generation:
+    """One sampled answer: its ids (the eos id included when it stopped there),
+    their behaviour log-probs, and whether it ended with eos."""
+
+    ids: list[int]
+    behaviour_logp: list[float]
+    ended_with_eos: bool
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One :meth:`RolloutEngine.generate` call, checked: the prompts' token ids, how to
+    sample, the call's seed, and one cache key per prompt (or None)."""
+
+    prompts: list[list[int]]
+    params: SamplingParams
+    seed: int
+    cache_keys: list[Hashable] | None = None
+
+
+class RolloutEngine:
+    """What the env runner needs from an inference engine (see the module docstring).
+
+    An engine sets ``model`` (checked by the runner's health check) and implements
+    :meth:`_generate`, :meth:`load_weights` and, if it keeps per-trajectory state,
+    :meth:`clear_cache`."""
+
+    #: the policy version of the weights loaded (0: the initial model)
+    policy_version: int = 0
+    #: prompt tokens taken from the prefix cache instead of encoded, lifetime
+    prompt_tokens_reused: int = 0
+    model: Any = None
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seed: int,
+        cache_keys: list[Hashable] | None = None,
+    ) -> list[Generation]:
+        """One answer per prompt, sampled with ``params`` from a generator seeded by
+        ``seed``. ``cache_keys`` (one per prompt, e.g. the trajectory) let an engine
+        reuse what it computed for the same key at the previous turn."""
+        if cache_keys is not None and len(cache_keys) != len(prompts):
+            raise ValueError(f"{len(cache_keys)} cache keys for {len(prompts)} prompts")
+        if not prompts:
+            return []
+        return self._generate(GenerateRequest(prompts, params, int(seed), cache_keys))
+
+    def _generate(self, request: GenerateRequest) -> list[Generation]:
+        raise NotImplementedError
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Load the actor's weights (the rollout model's names) stamped ``version``."""
+        raise NotImplementedError
+
+    def clear_cache(self) -> None:
+        """Forget every per-trajectory cache (call when its trajectories end)."""

@@ -1,0 +1,114 @@
+"""Finding and making the configured environment in every process that needs it.
+
+``env`` is a Gymnasium id of one of three kinds:
+
+* a built-in id (``ragen/SimpleSokoban-v0``, ...), registered by ``ragen_envs``;
+* ``package.module:EnvId``, Gymnasium's own syntax: the module is imported,
+  and is expected to register ``EnvId``;
+* an id that the module(s) named by ``env_module`` register on import.
+
+A registration made only in the driver does not reach Ray's other processes,
+so the config check, the Tune trial and every env runner call
+:func:`import_env_modules` before they make the env.
+
+What a text env must offer (the built-in envs offer all of it): ``reset()``
+returns a ``str`` observation and ``step(answer: str)`` the usual 5-tuple. The
+rest is optional, with these fallbacks (see
+:func:`ragen_rllib.env_runner.prompts.with_instructions`, :func:`actions_left_of`,
+:func:`success_of`):
+
+* ``instructions()``: the task description that opens the first prompt;
+  without it the first prompt is the turn's observation alone;
+* ``info["actions_left"]``: shown in every turn's prompt; without it the line
+  is left out;
+* ``info["success"]``: the trajectory's success; without it a trajectory
+  succeeds when the reward of its last turn is positive.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import gymnasium as gym
+
+
+def env_modules(config: Any) -> list[str]:
+    """The modules to import for ``config.env``: ``env_module`` entries, then the
+    module part of a ``module:EnvId`` id."""
+    modules = _named(config.env_module)
+    if isinstance(config.env, str) and ":" in config.env:
+        modules.append(config.env.split(":", 1)[0])
+    return modules
+
+
+def import_env_modules(config: Any) -> None:
+    """Import ``ragen_envs`` and the user's env modules; a failed import names the key."""
+    import ragen_envs  # noqa: F401  (registers the built-in ids)
+
+    for module in env_modules(config):
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # noqa: BLE001 - any failure of the user's module
+            key = "env" if module not in _named(config.env_module) else "env_module"
+            raise ValueError(
+                f"config {key}: importing the env module {module!r} failed: "
+                f"{type(err).__name__}: {err}. It must be importable in every Ray process "
+                "(installed, or on PYTHONPATH)"
+            ) from err
+
+
+def _named(env_module: Any) -> list[str]:
+    if env_module is None:
+        return []
+    return [env_module] if isinstance(env_module, str) else list(env_module)
+
+
+def check_env(config: Any) -> None:
+    """Raise ValueError naming ``env`` / ``env_module`` when the env cannot be found."""
+    env, named = config.env, config.env_module
+    if not isinstance(env, str) or not env.strip():
+        raise ValueError(
+            f"config env={env!r} is invalid: a Gymnasium id such as 'ragen/Bandit-v0', "
+            "'my_pkg.my_envs:MyGame-v0', or an id registered by `env_module`"
+        )
+    names = [named] if isinstance(named, str) else named
+    if named is not None and (
+        not isinstance(names, list | tuple)
+        or not names
+        or not all(isinstance(n, str) and n.strip() for n in names)
+    ):
+        raise ValueError(
+            f"config env_module={named!r} is invalid: a module name such as "
+            "'my_pkg.my_envs', a list of them, or null"
+        )
+    if env.count(":") > 1:
+        raise ValueError(f"config env={env!r} is invalid: at most one ':' (module:EnvId)")
+    import_env_modules(config)
+    env_id = env.split(":", 1)[1] if ":" in env else env
+    if env_id not in gym.registry:
+        import ragen_envs
+
+        raise ValueError(
+            f"config env={env!r} is not a registered env id. Built-in ids: "
+            f"{', '.join(ragen_envs.ENV_IDS)}; for your own env use 'module:EnvId' or "
+            "name the module that registers it in `env_module`"
+        )
+
+
+def make_env(config: Any) -> gym.Env:
+    import_env_modules(config)
+    return gym.make(config.env, **config.env_config)
+
+
+# ----- the optional parts of the text protocol -------------------------------------
+def actions_left_of(info: dict[str, Any]) -> int | None:
+    value = info.get("actions_left")
+    return None if value is None else int(value)
+
+
+def success_of(info: dict[str, Any], reward: float) -> bool:
+    """``info["success"]`` when the env reports it, else: the last turn's reward > 0."""
+    if "success" in info:
+        return bool(info["success"])
+    return reward > 0

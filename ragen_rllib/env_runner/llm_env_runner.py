@@ -1,0 +1,390 @@
+"""LLMEnvRunner: the RLlib EnvRunner that plays P groups x N rollouts in lockstep.
+
+Data flow: for each of the P initial states (env groups) N copies of the env are
+reset with the same seed; every turn the runner gathers the token ids of all
+active trajectories, asks the rollout engine for one answer each (one batch),
+decodes each answer only to hand its text to the env, appends the env's next
+observation as tokens, and stops a trajectory when its env terminates or
+truncates, when it has had K turns, or when its context would overflow.
+``sample()`` returns :class:`~ragen_rllib.env_runner.trajectory.Trajectory`
+records, which the StarPO algorithm filters and the learner trains on.
+
+A rollout actor imports no learner code: it holds a rollout engine
+(:mod:`ragen_rllib.engines`) and receives the actor's weights, stamped with
+their policy version, from the algorithm after every update.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import ray
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+from ragen_rllib.distributed.wire import from_wire, is_wire
+from ragen_rllib.engines.base import RolloutEngine, SamplingParams
+from ragen_rllib.env_runner.env_loading import (
+    actions_left_of,
+    import_env_modules,
+    make_env,
+    success_of,
+)
+from ragen_rllib.env_runner.metrics import rollout_metrics
+from ragen_rllib.env_runner.prompts import (
+    ChatFormat,
+    render_turn,
+    system_prompt_for,
+    with_instructions,
+)
+from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.maths.seeding import mix_seed, training_group_seeds
+from ragen_rllib.models.lora import AdapterMerger, LoraSettings
+from ragen_rllib.models.resolve import resolve_model
+
+logger = logging.getLogger(__name__)
+
+
+def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:
+    """The RL module's view: observations are token-id sequences, actions are tokens."""
+    obs = gym.spaces.Box(0, vocab_size - 1, shape=(max_len,), dtype=np.int64)
+    return obs, gym.spaces.Discrete(vocab_size)
+
+
+def _check_observation(obs: Any) -> None:
+    if not isinstance(obs, str):
+        raise TypeError(
+            f"the env returned an observation of type {type(obs).__name__}; a text env's "
+            "reset() and step() must return str observations"
+        )
+
+
+def rollout_device(choice: str) -> str:
+    """The engine's device: for "auto" the first visible GPU (Ray sets
+    CUDA_VISIBLE_DEVICES for the process) when there is one, else the CPU."""
+    import torch
+
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("config rollout_device='cuda' but this process sees no GPU")
+    return choice
+
+
+def make_engine(config, model_path: str, tokenizer) -> RolloutEngine:
+    """The rollout engine that ``config.engine`` names, for the model at ``model_path``."""
+    pad = tokenizer.pad_token_id
+    if config.engine == "vllm":
+        from ragen_rllib.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            model_path,
+            eos_token_id=tokenizer.eos_token_id,
+            dtype=config.model_dtype,
+            max_model_len=config.max_context_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+            kv_cache_gb=config.vllm_kv_cache_gb,
+            enforce_eager=config.vllm_enforce_eager,
+            max_num_seqs=config.rollout_batch_size,
+            seed=config.seed or 0,
+        )
+    from ragen_rllib.engines.hf_engine import HFEngine
+
+    return HFEngine(
+        model_path,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id if pad is None else pad,
+        dtype=config.model_dtype,
+        device=rollout_device(config.rollout_device),
+        max_batch_size=config.rollout_batch_size,
+    )
+
+
+class LLMEnvRunner(EnvRunner, Checkpointable):
+    """Samples multi-turn trajectories from text envs with an LLM rollout engine."""
+
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        from transformers import AutoTokenizer
+
+        import_env_modules(config)  # this process may be a fresh Ray worker
+
+        self._model_path = resolve_model(config.llm)
+        self.tokenizer = AutoTokenizer.from_pretrained(self._model_path)
+        self.chat = ChatFormat(
+            self.tokenizer,
+            system_prompt=system_prompt_for(config.prompt_style),
+            prefill=config.prefill,
+        )
+        self.engine = make_engine(config, self._model_path, self.tokenizer)
+        # LoRA: the learner sends adapters, merged here into the base weights.
+        self._lora = None
+        settings = LoraSettings.from_dict(config.lora_settings())
+        if settings is not None:
+            self._lora = AdapterMerger.from_pretrained(self._model_path, settings)
+        self._envs: list[gym.Env] = []
+        self._num_sample_calls = 0
+        self.num_groups_sampled = 0  # lifetime, this runner (restarts from 0 with it)
+        # This runner's own seed stream (sample() on its own); the algorithm hands
+        # its runners their groups' seeds from the driver's stream instead.
+        self._base_seed = mix_seed(config.seed, self.worker_index)
+
+    # ----- EnvRunner API ------------------------------------------------------------
+    def assert_healthy(self) -> None:
+        if self.engine is None or self.engine.model is None:
+            raise RuntimeError("LLMEnvRunner has no rollout engine")
+
+    def get_spaces(self) -> dict[str, tuple[gym.Space, gym.Space]]:
+        env = make_env(self.config)
+        module_spaces = token_spaces(len(self.tokenizer), self.config.max_context_tokens)
+        return {
+            "__env__": (env.observation_space, env.action_space),
+            DEFAULT_MODULE_ID: module_spaces,
+        }
+
+    def sample(self, **kwargs) -> list[Trajectory]:
+        """One batch of env_groups x group_size trajectories from this runner's own
+        seed stream (a runner used on its own; the StarPO algorithm hands its
+        runners their groups through :meth:`sample_groups`)."""
+        group_seeds, sample_seed = self.training_group_seeds(self._num_sample_calls)
+        self._num_sample_calls += 1
+        return self.sample_groups(group_seeds, list(range(len(group_seeds))), sample_seed)
+
+    def sample_groups(
+        self, group_seeds: list[int], groups: list[int], sample_seed: int
+    ) -> list[Trajectory]:
+        """group_size trajectories from each initial state ``group_seeds[i]``, labelled
+        with group id ``groups[i]``; ``sample_seed`` seeds the engine's sampling."""
+        cfg = self.config
+        seeds = [s for s in group_seeds for _ in range(cfg.group_size)]
+        labels = [g for g in groups for _ in range(cfg.group_size)]
+        params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+        trajs = self.run_episodes(seeds, labels, params, sample_seed=int(sample_seed))
+        self.num_env_steps_sampled_lifetime += sum(len(t) for t in trajs)
+        self.num_groups_sampled += len(group_seeds)
+        self.metrics.log_value("num_groups_sampled_lifetime", self.num_groups_sampled, window=1)
+        return trajs
+
+    def training_group_seeds(self, call: int) -> tuple[list[int], int]:
+        """The initial-state seeds of this runner's ``call``-th ``sample()`` (one per
+        group) and that call's sampling seed."""
+        return training_group_seeds(self._base_seed, call, self.config.env_groups)
+
+    def evaluate(
+        self, num_states: int, first_seed: int, temperature: float
+    ) -> tuple[dict[str, float], list[Trajectory]]:
+        """One trajectory on each of ``num_states`` fixed initial states."""
+        seeds = [first_seed + i for i in range(num_states)]
+        params = SamplingParams(temperature, self.config.top_p, self.config.max_new_tokens)
+        trajs = self.run_episodes(
+            seeds, list(range(num_states)), params, sample_seed=first_seed, log_metrics=False
+        )
+        return rollout_metrics(trajs), trajs
+
+    def get_metrics(self) -> dict[str, Any]:
+        return self.metrics.reduce()
+
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        # The weights live with the learner; a runner only carries its counters.
+        return {
+            "num_sample_calls": self._num_sample_calls,
+            "policy_version": self.engine.policy_version,
+            "num_env_steps_sampled_lifetime": self.num_env_steps_sampled_lifetime,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Counters from a checkpoint, and/or the actor's weights (pushed by the algorithm,
+        possibly as a reference into Ray's object store)."""
+        if isinstance(state, ray.ObjectRef):
+            state = ray.get(state)
+        if COMPONENT_RL_MODULE in state:
+            module_state = state[COMPONENT_RL_MODULE]
+            if isinstance(module_state, ray.ObjectRef):  # RLlib's own sync at setup
+                module_state = ray.get(module_state)
+            module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
+            # The actor's weights under the rollout model's names (the RL module's
+            # inference-only state), as NumPy arrays from the object store or tensors.
+            weights = from_wire(module_state) if is_wire(module_state) else module_state
+            start = time.perf_counter()
+            if self._lora is not None:
+                weights = self._lora.merged(weights)
+            self.engine.load_weights(weights, int(state.get(WEIGHTS_SEQ_NO, 0)))
+            self.metrics.log_value("weights_load_s", time.perf_counter() - start, window=1)
+        self._num_sample_calls = int(state.get("num_sample_calls", self._num_sample_calls))
+        self.num_env_steps_sampled_lifetime = int(
+            state.get("num_env_steps_sampled_lifetime", self.num_env_steps_sampled_lifetime)
+        )
+
+    def get_ctor_args_and_kwargs(self):
+        return (), {"config": self.config, "worker_index": self.worker_index}
+
+    def stop(self) -> None:
+        for env in self._envs:
+            env.close()
+
+    # ----- rollout ------------------------------------------------------------------
+    def _env_pool(self, n: int) -> list[gym.Env]:
+        while len(self._envs) < n:
+            self._envs.append(make_env(self.config))
+        return self._envs[:n]
+
+    def run_episodes(
+        self,
+        seeds: list[int],
+        groups: list[int],
+        params: SamplingParams,
+        sample_seed: int,
+        log_metrics: bool = True,
+    ) -> list[Trajectory]:
+        """Play one trajectory per seed, all turns batched through the engine.
+
+        With ``context_window: null`` a trajectory's prompt is its whole history,
+        one growing token sequence (one segment). With ``context_window: k`` the
+        prompt at turn t holds the instructions and the last k turns before
+        turn t; each turn becomes its own segment (that prompt plus the answer).
+
+        An exception in an env's ``reset()`` or ``step()`` (or an observation that
+        is not text) ends that trajectory with ``end_reason="env_error"`` and the
+        error text; the batch goes on. The algorithm drops the failed
+        trajectories' groups before the update (see
+        :class:`~ragen_rllib.connectors.sample_batch.DropEnvErrorGroups`).
+        """
+        cfg = self.config
+        style, window = cfg.prompt_style, cfg.context_window
+        start = time.perf_counter()
+        envs = self._env_pool(len(seeds))
+        trajs: list[Trajectory] = []
+        # Per trajectory: the ids the engine gets at the next turn, and (for a context
+        # window) the user text of every turn and each answer's (ids, ended with eos).
+        prompts: dict[int, list[int]] = {}
+        texts: dict[int, list[str]] = {}
+        answers: dict[int, list[tuple[list[int], bool]]] = {}
+        for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
+            traj = Trajectory(
+                env_id=cfg.env, seed=seed, group=group, policy_version=self.engine.policy_version
+            )
+            trajs.append(traj)
+            try:
+                obs, info = env.reset(seed=seed)
+                _check_observation(obs)
+            except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
+                self._env_error(traj, "reset", err)
+                continue
+            texts[i], answers[i] = [render_turn(1, obs, actions_left_of(info), None, style)], []
+            traj.turn_observations.append(obs)
+            prompts[i] = self.chat.prompt_ids(with_instructions(env.unwrapped, texts[i][0], style))
+            if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
+                raise ValueError(
+                    f"the first prompt of {cfg.env} is {len(prompts[i])} tokens; with "
+                    f"max_new_tokens={params.max_new_tokens} it exceeds "
+                    f"max_context_tokens={cfg.max_context_tokens}. Raise max_context_tokens."
+                )
+            if window is None:  # one segment: the prompt list grows with it
+                traj.start_segment(prompts[i])
+                prompts[i] = traj.segments[-1].input_ids
+
+        generated = 0
+        reused_before = self.engine.prompt_tokens_reused
+        active = list(prompts)
+        self.engine.clear_cache()
+        for turn in range(1, cfg.max_turns + 1):
+            if not active:
+                break
+            batch = [prompts[i] for i in active]
+            # Keyed by trajectory: a turn encodes only what its previous context lacks.
+            gens = self.engine.generate(batch, params, seed=sample_seed + turn, cache_keys=active)
+            still_active = []
+            for i, gen in zip(active, gens, strict=True):
+                traj, env = trajs[i], envs[i]
+                if window is not None:
+                    traj.start_segment(prompts[i])
+                traj.append_generation(gen.ids, gen.behaviour_logp)
+                generated += len(gen.ids)
+                text = self.chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
+                traj.answers.append(text)
+                try:
+                    obs, reward, term, trunc, info = env.step(text)
+                    _check_observation(obs)
+                except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
+                    traj.append_context(self.chat.closing_ids(gen.ended_with_eos))
+                    self._env_error(traj, "step", err)
+                    continue
+                traj.turn_rewards.append(float(reward))
+                traj.turn_infos.append(info)
+                traj.success = success_of(info, float(reward))
+                if term or trunc or turn == cfg.max_turns:
+                    reason = "terminated" if term else "truncated" if trunc else "max_turns"
+                    self._finish(traj, gen.ended_with_eos, reason)
+                    continue
+                user = render_turn(turn + 1, obs, actions_left_of(info), reward, style)
+                if window is None:
+                    nxt = self.chat.continuation_ids(user, gen.ended_with_eos)
+                    length = len(prompts[i]) + len(nxt)
+                else:
+                    texts[i].append(user)
+                    answers[i].append((list(gen.ids), gen.ended_with_eos))
+                    nxt = self._window_ids(env.unwrapped, texts[i], answers[i], window)
+                    length = len(nxt)
+                if length + params.max_new_tokens > cfg.max_context_tokens:
+                    logger.info("trajectory seed %d ends: context would overflow", traj.seed)
+                    self._finish(traj, gen.ended_with_eos, "context_overflow")
+                    continue
+                traj.turn_observations.append(obs)
+                if window is None:
+                    traj.append_context(nxt)
+                else:
+                    prompts[i] = nxt
+                still_active.append(i)
+            active = still_active
+
+        self.engine.clear_cache()
+        if log_metrics:
+            elapsed = time.perf_counter() - start
+            self.metrics.log_value("rollout_time_s", elapsed, window=1)
+            self.metrics.log_value("generated_tokens", generated, window=1)
+            self.metrics.log_value(
+                "generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1
+            )
+            # Prompt tokens the engine took from its prefix cache instead of encoding.
+            reused = self.engine.prompt_tokens_reused - reused_before
+            self.metrics.log_value("prompt_tokens_reused", reused, window=1)
+        return trajs
+
+    def _window_ids(
+        self, env: Any, texts: list[str], answers: list[tuple[list[int], bool]], window: int
+    ) -> list[int]:
+        """The prompt of the next turn under a context window of ``window`` turns: the
+        instructions with the user text of the window's first turn, then each later
+        turn's answer (as sampled) and the user text after it."""
+        first = max(0, len(texts) - 1 - window)  # index of the window's first turn
+        turns = [(ids, eos, texts[j + 1]) for j, (ids, eos) in enumerate(answers) if j >= first]
+        return self.chat.conversation_ids(
+            with_instructions(env, texts[first], self.config.prompt_style), turns
+        )
+
+    def _env_error(self, traj: Trajectory, where: str, err: Exception) -> None:
+        logger.warning(
+            "env %s (seed %d) failed in %s(): %s: %s; its group is dropped from the update",
+            traj.env_id,
+            traj.seed,
+            where,
+            type(err).__name__,
+            err,
+        )
+        traj.error = f"{where}(): {type(err).__name__}: {err}"
+        traj.done = True
+        traj.success = False
+        traj.end_reason = "env_error"
+
+    def _finish(self, traj: Trajectory, ended_with_eos: bool, reason: str) -> None:
+        traj.append_context(self.chat.closing_ids(ended_with_eos))
+        traj.done = True
+        traj.end_reason = reason

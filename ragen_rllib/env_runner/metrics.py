@@ -1,0 +1,52 @@
+"""Per-iteration metrics computed from a batch of trajectories (no Ray).
+
+The paper's collapse indicators are here: in-group reward std (falls before
+success does; the sample std of :func:`~ragen_rllib.maths.filters.in_group_std`,
+the same the rollout filter ranks groups by), response length, and the env's
+validity/effectiveness rates. The env runner logs them for evaluation and the
+algorithm for every training batch (under ``rollout/``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.maths.filters import in_group_std
+
+ENV_INFO_KEYS = ("action_is_valid", "action_is_effective", "format_ok", "num_actions")
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Outcome statistics of a batch. Trajectories that hit an env error count only in
+    ``env_errors`` and ``end/env_error``: they have no outcome to average."""
+    ended = Counter(t.end_reason for t in trajs)
+    env_errors = ended.get("env_error", 0)
+    ends = {f"end/{reason}": n / len(trajs) for reason, n in ended.items()} if trajs else {}
+    trajs = [t for t in trajs if t.end_reason != "env_error"]
+    if not trajs:
+        return {"num_trajectories": 0, "env_errors": env_errors, **ends}
+    rewards = np.array([t.total_reward for t in trajs])
+    turn_lengths = [e - s for t in trajs for _, s, e in t.turn_spans]
+    infos = [i for t in trajs for i in t.turn_infos]
+    out = {
+        "num_trajectories": len(trajs),
+        "env_errors": env_errors,
+        "success_rate": float(np.mean([t.success for t in trajs])),
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()),
+        "in_group_reward_std": float(
+            in_group_std([t.total_reward for t in trajs], [t.group for t in trajs]).mean()
+        ),
+        "num_turns_mean": float(np.mean([t.num_turns for t in trajs])),
+        "response_length_mean": float(np.mean(turn_lengths)) if turn_lengths else 0.0,
+        "trajectory_tokens_mean": float(np.mean([t.num_tokens for t in trajs])),
+    }
+    for key in ENV_INFO_KEYS:
+        values = [float(i[key]) for i in infos if key in i]
+        if values:
+            out[f"env/{key}"] = float(np.mean(values))
+    out.update(ends)
+    return out

@@ -1,0 +1,106 @@
+"""What a learner does differently under ``learner_strategy: fsdp``.
+
+A mixin for :class:`~ragen_rllib.learner.starpo_learner.StarPOTorchLearner`, overriding
+RLlib's TorchLearner where sharded parameters change the job:
+
+- the module is sharded (:func:`~ragen_rllib.distributed.fsdp.shard_module`)
+  before the optimizers are made, so that they hold the shards, and is not
+  wrapped in DDP;
+- gradients are clipped by their global norm over the shards (RLlib takes norms
+  tensor by tensor, which a shard does not have);
+- the optimizers' state is gathered to full tensors for a checkpoint, and each
+  learner keeps its shard of it on restore.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ragen_rllib.distributed.collectives import full
+from ragen_rllib.distributed.fsdp import shard_module, sharded_units
+from ragen_rllib.rl_module.scoring import response_logprobs
+
+
+class FSDPLearnerMixin:
+    @property
+    def _fsdp(self) -> bool:
+        return self.config.learner_strategy == "fsdp" and self.config.num_learners > 1
+
+    def _make_module(self):
+        module = super()._make_module()
+        if self._fsdp:
+            bf16 = self.config.model_dtype == "bfloat16"
+            for mid in module.keys():
+                shard_module(
+                    module[mid],
+                    entry_point=("score_responses", response_logprobs),
+                    param_dtype=torch.bfloat16 if bf16 else None,
+                )
+        return module
+
+    def _make_modules_ddp_if_necessary(self) -> None:
+        if not self._fsdp:
+            super()._make_modules_ddp_if_necessary()
+
+    def _sharded_units(self) -> list[torch.nn.Module]:
+        if not self._fsdp:
+            return []
+        return [u for mid in self.module.keys() for u in sharded_units(self.module[mid])]
+
+    def postprocess_gradients_for_module(self, *, module_id, config=None, module_gradients_dict):
+        if not self._fsdp:
+            return super().postprocess_gradients_for_module(
+                module_id=module_id, config=config, module_gradients_dict=module_gradients_dict
+            )
+        config = config or self.config.get_config_for_module(module_id)
+        for name, optimizer in self.get_optimizers_for_module(module_id):
+            grads = self.filter_param_dict_for_optimizer(module_gradients_dict, optimizer)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            if config.grad_clip and grads:
+                norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+                self.metrics.log_value(
+                    (module_id, f"gradients_{name}_global_norm"), full(norm).item(), window=1
+                )
+        return module_gradients_dict
+
+    def _get_optimizer_state(self):
+        """The optimizers' full state, gathered on the CPU (every learner calls this;
+        the first, rank 0, gets the state and the others an empty one)."""
+        if not self._fsdp:
+            return super()._get_optimizer_state()
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return {
+            name: {
+                "module_id": self._optimizer_name_to_module[name],
+                "fsdp_state": get_optimizer_state_dict(
+                    self.module[self._optimizer_name_to_module[name]], optim, options=options
+                ),
+            }
+            for name, optim in self._named_optimizers.items()
+        }
+
+    def _set_optimizer_state(self, state) -> None:
+        if not self._fsdp:
+            return super()._set_optimizer_state(state)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        for name, entry in state.items():
+            if "fsdp_state" not in entry:
+                raise ValueError(
+                    f"optimizer {name!r}: the checkpoint was not written by FSDP learners; "
+                    "restore it with the learner_strategy it was written with"
+                )
+            set_optimizer_state_dict(
+                self.module[entry["module_id"]],
+                self._named_optimizers[name],
+                optim_state_dict=entry["fsdp_state"],
+                options=StateDictOptions(full_state_dict=True),
+            )

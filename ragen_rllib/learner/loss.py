@@ -1,0 +1,131 @@
+"""StarPO's loss for one micro-batch: its share of the minibatch's loss on all learners.
+
+The loss of a minibatch is the clipped policy surrogate (asymmetric clip, dual
+clip; ``loss_agg``), minus ``entropy_coeff`` times the token-mean entropy, plus
+``kl_coeff`` times the token-mean KL to the reference model, plus
+``vf_loss_coeff`` times the clipped value loss (with a critic).
+
+A minibatch may be split into micro-batches (memory) and between learners
+(DDP/FSDP). Every term is therefore divided by the minibatch's counts of
+response tokens (or sequences, for the seq-mean aggregations) summed over all
+learners (:class:`Denominators`), not by the micro-batch's own: the micro-batch
+losses then add up to the minibatch's loss on one learner, and the learners'
+shares add up to the whole minibatch's. DDP averages the learners' gradients,
+so the total that is back-propagated is multiplied by the number of learners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ragen_rllib.distributed.collectives import learner_count, summed_over_learners
+from ragen_rllib.maths.losses import aggregate_loss, kl_penalty, policy_loss, value_loss
+
+#: Logged terms that are a micro-batch's share of the minibatch's value: summed over
+#: micro-batches, and over learners (see :func:`starpo_loss`). Maxima are maxima.
+MAXIMA = ("ratio_max",)
+
+
+@dataclass(frozen=True)
+class Denominators:
+    """The minibatch's response tokens and sequences (rows with a response token),
+    summed over all learners, and the number of learners."""
+
+    tokens: torch.Tensor
+    sequences: torch.Tensor
+    world: int = 1
+
+    @classmethod
+    def of(cls, response_mask: torch.Tensor, over_learners: bool = False) -> Denominators:
+        """The counts of a minibatch's ``response_mask``  # [B, T]; with
+        ``over_learners``, summed over every learner's part of the minibatch (a
+        collective: every learner calls it)."""
+        mask = response_mask > 0
+        counts = torch.stack([mask.sum(), mask.any(dim=1).sum()]).double()
+        world = 1
+        if over_learners:
+            counts = summed_over_learners(counts, counts.device)
+            world = learner_count()
+        return cls(counts[0].clamp_min(1).float(), counts[1].clamp_min(1).float(), world)
+
+
+def starpo_loss(
+    config: Any,
+    batch: dict[str, torch.Tensor],
+    fwd_out: dict[str, torch.Tensor],
+    denoms: Denominators,
+    reference_logp: Callable[[], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(the loss to back-propagate, this micro-batch's logged terms).
+
+    ``batch``: ``response_mask``, ``behaviour_logp``, ``advantages`` and, with a
+    critic, ``old_values`` and ``value_targets``  # [B, T]. ``fwd_out``: ``logp``,
+    ``entropy`` and, with a critic, ``values``  # [B, T]. ``reference_logp``: the
+    reference model's log-probs of the batch, called only when ``kl_coeff > 0``.
+
+    Every logged term but the maxima is this micro-batch's share of the
+    minibatch's value over all learners (loss terms by construction; averages
+    such as ``clip_frac`` are weighted by response tokens), so summing over the
+    micro-batches and the learners gives the minibatch's value.
+    """
+    mask = batch["response_mask"].float()  # [B, T], 1 on generated tokens
+    tokens = denoms.tokens
+    seq_agg = config.loss_agg_used != "token-mean"
+    logp_new = fwd_out["logp"]  # [B, T]
+    pg_loss, stats = policy_loss(
+        logp_new,
+        batch["behaviour_logp"],
+        batch["advantages"],
+        mask,
+        clip_low=config.clip_low,
+        clip_high=config.clip_high,
+        dual_clip=config.dual_clip,
+        agg=config.loss_agg_used,
+        denom=denoms.sequences if seq_agg else tokens,
+        norm_tokens=config.loss_norm_tokens,
+    )
+    entropy = aggregate_loss(fwd_out["entropy"], mask, "token-mean", denom=tokens)
+    total = pg_loss - config.entropy_coeff * entropy
+    micro_tokens = mask.sum()
+    share = micro_tokens / tokens  # this micro-batch's share of the minibatch's tokens
+    logs = {"policy_loss": pg_loss, "entropy": entropy, "response_tokens": micro_tokens}
+    for key, value in stats.items():  # micro-batch averages over its tokens
+        logs[key] = value if key in MAXIMA else value * share
+    if config.kl_coeff > 0:
+        assert reference_logp is not None, "kl_coeff > 0 needs the reference log-probs"
+        kl_tok = kl_penalty(logp_new, reference_logp(), kind=config.kl_estimator)
+        kl = aggregate_loss(kl_tok, mask, "token-mean", denom=tokens)
+        total = total + config.kl_coeff * kl
+        logs["kl_to_reference"] = kl
+    if "values" in fwd_out:
+        vf_loss = value_loss(
+            fwd_out["values"],
+            batch["old_values"],
+            batch["value_targets"],
+            mask,
+            clip=config.vf_clip,
+            denom=tokens,
+        )
+        total = total + config.vf_loss_coeff * vf_loss
+        logs["value_loss"] = vf_loss
+        logs["value_mean"] = (fwd_out["values"].detach() * mask).sum() / tokens
+    return total * denoms.world, {k: v.detach() for k, v in logs.items()}
+
+
+def minibatch_logs(parts: list[dict[str, torch.Tensor]], world: int) -> dict[str, torch.Tensor]:
+    """One learner's logged values for a minibatch from its micro-batches' terms.
+
+    Shares are summed over the micro-batches and multiplied by the number of
+    learners: RLlib averages what the learners log, and the average of
+    ``world`` times each learner's share is the sum of the shares, the whole
+    minibatch's value. ``response_tokens`` becomes the minibatch's total the same
+    way. Maxima are the learner's maximum (their average over learners is logged)."""
+    out: dict[str, torch.Tensor] = {}
+    for key in {k for p in parts for k in p}:
+        values = torch.stack([p[key].float() for p in parts if key in p])
+        out[key] = values.max() if key in MAXIMA else values.sum() * world
+    return out

@@ -1,0 +1,288 @@
+"""StarPOTorchLearner: RLlib's TorchLearner with StarPO's update.
+
+Receives the batch built by the learner connectors
+(:mod:`ragen_rllib.connectors.learner`): tokens, the response mask (1 on
+generated tokens only), the behaviour log-probs, advantages and, with a critic,
+value targets. Each minibatch is one optimizer step, taken in micro-batches of
+at most ``max_tokens_per_microbatch`` padded tokens whose gradients accumulate;
+the loss is :func:`~ragen_rllib.learner.loss.starpo_loss`. Actor and critic
+have their own AdamW optimizers and learning rates; RLlib clips the gradients
+per optimizer by global norm. An update whose loss or gradient norm is not
+finite is skipped and counted. FSDP's differences are
+:class:`~ragen_rllib.learner.fsdp.FSDPLearnerMixin`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import torch
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+
+from ragen_rllib.distributed.collectives import agreed_count, full
+from ragen_rllib.learner.fsdp import FSDPLearnerMixin
+from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
+from ragen_rllib.learner.minibatches import TrajectoryMinibatches
+from ragen_rllib.maths.batching import fill_plan, microbatch_rows, num_minibatches, take_rows
+from ragen_rllib.rl_module.scoring import response_logprobs
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteUpdateError(RuntimeError):
+    """Too many updates in a row had a non-finite loss or gradient norm."""
+
+
+def _row_with_response(module_batch: dict[str, Any]) -> dict[str, Any]:
+    """One row of a minibatch that has a response token (the first), cut to its length."""
+    has = (module_batch["response_mask"] > 0).any(1)
+    row = int(torch.nonzero(has)[0]) if bool(has.any()) else 0
+    return take_rows(module_batch, [row])
+
+
+def _zero_weighted(fwd_out: dict[str, Any]) -> torch.Tensor:
+    """0 times every output of a forward pass: a backward pass through the whole model
+    (actor and critic) that adds nothing to any gradient."""
+    parts, todo = [], [fwd_out]
+    while todo:  # {module id: {name: tensor}}, nested
+        for value in todo.pop().values():
+            if isinstance(value, dict):
+                todo.append(value)
+            elif isinstance(value, torch.Tensor) and value.requires_grad:
+                parts.append(value.sum())
+    if not parts:
+        raise RuntimeError("a forward pass produced no output that needs a gradient")
+    return 0.0 * torch.stack(parts).sum()
+
+
+class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
+    def build(self) -> None:
+        super().build()
+        self._nonfinite_in_a_row = 0
+        self._reference = None
+        # The KL reference is the initial model: under LoRA, the actor with its adapter
+        # disabled (see _reference_logp); otherwise a frozen copy.
+        if self.config.kl_coeff > 0 and not self.config.lora_rank:
+            from transformers import AutoModelForCausalLM
+
+            cfg = self.config.llm_module_config()
+            self._reference = AutoModelForCausalLM.from_pretrained(
+                cfg["model_path"], dtype=getattr(torch, cfg["dtype"])
+            ).to(self._device)
+            self._reference.eval().requires_grad_(False)
+
+    def _unwrapped(self, module_id: str):
+        module = self.module[module_id]
+        return module.unwrapped() if hasattr(module, "unwrapped") else module
+
+    def _parameter_counts(self, module_id: str) -> tuple[int, int]:
+        """(trainable, total) parameters of a module (under LoRA: adapters, value head)."""
+        counts = self.__dict__.setdefault("_counts", {})
+        if module_id not in counts:
+            params = list(self._unwrapped(module_id).parameters())
+            counts[module_id] = (
+                sum(p.numel() for p in params if p.requires_grad),
+                sum(p.numel() for p in params),
+            )
+        return counts[module_id]
+
+    @torch.no_grad()
+    def _reference_logp(self, module_id: str, batch: dict[str, Any]) -> torch.Tensor:
+        """log-probabilities of the batch's tokens under the reference policy  # [B, T]."""
+        temperature = self.config.temperature or 1.0
+        if self._reference is not None:
+            return response_logprobs(self._reference, batch, temperature)["logp"]
+        module = self._unwrapped(module_id)
+        with module.actor.disable_adapter():  # LoRA: the base model is the reference
+            return response_logprobs(module.lm, batch, temperature, module._autocast)["logp"]
+
+    def configure_optimizers_for_module(self, module_id, config=None) -> None:
+        """AdamW for the actor (``lr``) and, with a critic, one for it (``critic_lr``)."""
+        module = self._unwrapped(module_id)
+        roles = (
+            ("actor", module.actor_parameters(), config.lr),
+            ("critic", module.critic_parameters(), config.critic_lr),
+        )
+        for name, params, lr in roles:
+            if params:
+                self.register_optimizer(
+                    module_id=module_id,
+                    optimizer_name=name,
+                    optimizer=torch.optim.AdamW(params, weight_decay=config.weight_decay),
+                    params=params,
+                    lr_or_lr_schedule=lr,
+                )
+
+    # ----- minibatches --------------------------------------------------------------
+    def _create_iterator_if_necessary(
+        self,
+        *,
+        training_data,
+        num_total_minibatches: int = 0,
+        num_epochs: int = 1,
+        minibatch_size: int | None = None,
+        shuffle_batch_per_epoch: bool = False,
+        minibatches_per_epoch: int | None = None,
+        plan_seed: int = 0,
+        **kwargs,
+    ):
+        """Minibatches of whole trajectories: ``minibatches_per_epoch``, as the
+        algorithm decides for all learners (default: from ``minibatch_size`` and this
+        learner's trajectories), shuffled by ``plan_seed``."""
+        batch = self._make_batch_if_necessary(training_data=training_data)
+        if minibatches_per_epoch is None:
+            episodes = training_data.episodes or []
+            minibatches_per_epoch = num_minibatches([len(episodes)], minibatch_size)
+        return TrajectoryMinibatches(
+            batch,
+            num_minibatches=minibatches_per_epoch,
+            num_epochs=num_epochs,
+            shuffle=shuffle_batch_per_epoch,
+            seed=plan_seed,
+        )
+
+    # ----- one optimizer step ------------------------------------------------------
+    def compute_loss_for_module(
+        self,
+        *,
+        module_id: str,
+        config,
+        batch: dict[str, Any],
+        fwd_out: dict[str, Any],
+        denoms: Denominators | None = None,
+        logs: list[dict[str, torch.Tensor]] | None = None,
+    ) -> torch.Tensor:
+        """RLlib's loss API, :func:`~ragen_rllib.learner.loss.starpo_loss`.
+
+        The update passes the minibatch's ``denoms`` (counts over all learners) and
+        a ``logs`` list that collects each micro-batch's logged terms; called alone,
+        ``batch`` is its own minibatch. A subclass that changes the loss overrides
+        this method."""
+        total, terms = starpo_loss(
+            config,
+            batch,
+            fwd_out,
+            denoms or Denominators.of(batch["response_mask"]),
+            lambda: self._reference_logp(module_id, batch),
+        )
+        if logs is not None:
+            logs.append(terms)
+        return total
+
+    def _uncompiled_update(self, batch: dict[str, Any], **kwargs):
+        """One optimizer step on a minibatch, in micro-batches of at most
+        ``max_tokens_per_microbatch`` padded tokens whose gradients accumulate.
+
+        Every loss term is divided by the minibatch's counts over all learners
+        (:class:`~ragen_rllib.learner.loss.Denominators`), so the step is the same
+        for any micro-batch size and any number of learners."""
+        self._compute_off_policyness(batch)
+        ddp = self.config.num_learners > 1
+        plans, denoms = {}, {}
+        for mid, module_batch in batch.items():
+            lengths = module_batch["attention_mask"].sum(1).tolist()
+            plans[mid] = microbatch_rows(lengths, self.config.max_tokens_per_microbatch)
+            denoms[mid] = Denominators.of(module_batch["response_mask"], over_learners=True)
+        steps = max((len(p) for p in plans.values()), default=0)
+        if self._fsdp:  # every forward is a collective: all learners run the same count
+            steps = agreed_count(steps, self._device)
+            plans = {mid: fill_plan(plan, steps) for mid, plan in plans.items()}
+        for optim in self._optimizer_parameters:
+            optim.zero_grad(set_to_none=True)
+        loss_finite = True
+        parts: dict[str, list[dict[str, torch.Tensor]]] = {mid: [] for mid in batch}
+        totals: dict[str, torch.Tensor] = {}
+        fwd_out: dict[str, Any] = {}
+        blanks = 0
+        for step in range(steps):
+            micro = {
+                mid: take_rows(batch[mid], plan[step])
+                for mid, plan in plans.items()
+                if step < len(plan)
+            }
+            # Several learners meet in every backward pass (and under FSDP in every
+            # forward), so a pass with nothing to learn from (an added pass, or rows
+            # without a response token) still runs the model, on a row that has one,
+            # with its loss multiplied by 0.
+            blank = ddp and any(not bool((m["response_mask"] > 0).any()) for m in micro.values())
+            if blank:
+                micro = {mid: _row_with_response(batch[mid]) for mid in micro}
+                blanks += 1
+            for unit in self._sharded_units():  # FSDP: reduce-scatter on the last only
+                unit.set_requires_gradient_sync(step == steps - 1)
+            with contextlib.ExitStack() as stack:
+                if ddp and step < steps - 1:  # only the last backward all-reduces
+                    self._no_sync(stack)
+                fwd_out = self.module.forward_train(micro)
+                if blank:
+                    _zero_weighted(fwd_out).backward()
+                    continue
+                losses = {
+                    mid: self.compute_loss_for_module(
+                        module_id=mid,
+                        config=self.config.get_config_for_module(mid),
+                        batch=micro[mid],
+                        fwd_out=fwd_out[mid],
+                        denoms=denoms[mid],
+                        logs=parts[mid],
+                    )
+                    for mid in micro
+                }
+                total = sum(losses.values())
+                if isinstance(total, torch.Tensor) and total.grad_fn is not None:
+                    total.backward()
+            for mid, loss in losses.items():
+                loss = loss.detach()
+                loss_finite &= bool(torch.isfinite(loss))
+                totals[mid] = totals[mid] + loss if mid in totals else loss
+        for mid in batch:  # every update, so every iteration's result holds them
+            for key, value in minibatch_logs(parts[mid], denoms[mid].world).items():
+                self.metrics.log_value((mid, key), value, window=1)
+            self.metrics.log_value((mid, "blank_passes"), blanks, window=1)
+            trainable, total_params = self._parameter_counts(mid)
+            self.metrics.log_value((mid, "trainable_parameters"), trainable, window=1)
+            self.metrics.log_value((mid, "total_parameters"), total_params, window=1)
+        gradients = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
+        with contextlib.ExitStack() as stack:
+            if ddp:
+                self._no_sync(stack)
+            self._apply_if_finite(self.postprocess_gradients(gradients), loss_finite)
+        return fwd_out, totals, {}
+
+    def _no_sync(self, stack: contextlib.ExitStack) -> None:
+        """DDP: no gradient all-reduce inside ``stack``."""
+        for mod in self.module.values():
+            if isinstance(mod, torch.nn.Module) and hasattr(mod, "no_sync"):
+                stack.enter_context(mod.no_sync())
+
+    # ----- numerical faults -----------------------------------------------------------
+    def _apply_if_finite(self, gradients_dict, loss_finite: bool) -> None:
+        """Apply the gradients, unless the loss or the gradient norm is not finite."""
+        grads = [g for g in gradients_dict.values() if g is not None]
+        norms = torch.stack([full(torch.linalg.vector_norm(g.float())) for g in grads])
+        norm = torch.linalg.vector_norm(norms)  # the global norm: inf or NaN if any part is
+        finite = loss_finite and bool(torch.isfinite(norm))
+        for module_id in self.module.keys():
+            self.metrics.log_value((module_id, "skipped_nonfinite"), int(not finite), reduce="sum")
+        if finite:
+            self._nonfinite_in_a_row = 0
+            self.apply_gradients(gradients_dict)
+            return
+        self._nonfinite_in_a_row += 1
+        limit = self.config.max_nonfinite_updates
+        logger.warning(
+            "skipped an update: loss finite=%s, gradient norm %s (%d in a row, limit %d)",
+            loss_finite,
+            float(norm),
+            self._nonfinite_in_a_row,
+            limit,
+        )
+        if self._nonfinite_in_a_row >= limit:
+            raise NonFiniteUpdateError(
+                f"{self._nonfinite_in_a_row} updates in a row had a non-finite loss or "
+                f"gradient norm (max_nonfinite_updates={limit}); training stops. The newest "
+                "checkpoint predates them. Lower lr, check the rewards for inf/NaN, or use "
+                "float32 (model_dtype)."
+            )

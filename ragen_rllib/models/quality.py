@@ -1,0 +1,110 @@
+"""How well the built-in model knows its environments, before any reinforcement learning.
+
+:func:`format_valid_rate` is the warm-start gate (the share of sampled first
+answers that are well formed and valid); :func:`next_observation_accuracy`
+measures how often it predicts what an action does to the grid. The shipped
+build records both (:mod:`ragen_rllib.models.build`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import ragen_envs
+from ragen_rllib.env_runner.prompts import (
+    ChatFormat,
+    render_turn,
+    system_prompt_for,
+    with_instructions,
+)
+from ragen_rllib.models.spec import BuiltinSpec
+from ragen_rllib.models.transcripts import TranscriptCorpus
+
+
+@torch.no_grad()
+def format_valid_rate(
+    path: str,
+    n: int = 64,
+    temperature: float = 1.0,
+    *,
+    seed: int = 0,
+    max_new_tokens: int = 48,
+    prompt_style: str = "full",
+) -> float:
+    """Share of ``n`` sampled first-turn answers that parse as valid (format and actions).
+
+    Prompts cycle over every registered env id (reset seeds 100000+i), rendered
+    in ``prompt_style`` with the env's instructions in the same style; each
+    answer is ``"<think>"`` plus the generated text up to ``<|im_end|>``, which
+    must have been generated within ``max_new_tokens``.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    fmt = ChatFormat(tokenizer, system_prompt=system_prompt_for(prompt_style), prefill="<think>")
+    envs = {
+        env_id: gym.make(env_id, instructions=prompt_style).unwrapped
+        for env_id in ragen_envs.ENV_IDS
+    }
+    env_ids = [list(envs)[i % len(envs)] for i in range(n)]
+    prompts = []
+    for i, env_id in enumerate(env_ids):
+        env = envs[env_id]
+        obs, info = env.reset(seed=100_000 + i)
+        first = render_turn(1, obs, info["actions_left"], None, prompt_style)
+        prompts.append(fmt.prompt_ids(with_instructions(env, first, prompt_style)))
+    width = max(map(len, prompts))  # left padding, so every answer starts at column `width`
+    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    torch.manual_seed(seed)
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        do_sample=True,
+        temperature=temperature,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    valid = 0
+    for row, env_id in enumerate(env_ids):
+        answer = out[row, width:].tolist()
+        if tokenizer.eos_token_id not in answer:
+            continue  # never stopped
+        answer = answer[: answer.index(tokenizer.eos_token_id)]
+        env = envs[env_id]
+        text = "<think>" + tokenizer.decode(answer, skip_special_tokens=False)
+        valid += ragen_envs.parse_answer(text, env.action_names, env.parser).is_valid
+    return valid / n
+
+
+@torch.no_grad()
+def next_observation_accuracy(model: Any, tokenizer: Any, n: int = 90, seed: int = 12345) -> float:
+    """Share of later-turn observations predicted exactly, token by token (teacher forcing).
+
+    Transcripts of random play from every env (compact prompts, the envs in
+    turn, seeds the pretraining draws with negligible chance); an observation
+    counts when the argmax at every one of its tokens is the true next token.
+    """
+    corpus = TranscriptCorpus(tokenizer, BuiltinSpec(compact_share=1.0))
+    rng = np.random.default_rng(seed)
+    hits = total = 0
+    for i in range(n):
+        ids, kinds = corpus.transcript(rng, corpus.env_ids[i % len(corpus.env_ids)])
+        pred = model(input_ids=torch.tensor([ids])).logits[0, :-1].argmax(-1).tolist()
+        # Runs of kind 2 (a user message after an answer); the grid is its bulk.
+        run: list[int] = []
+        for pos in range(1, len(ids) + 1):
+            if pos < len(ids) and kinds[pos] == 2:
+                run.append(pos)
+            elif run:
+                hits += all(pred[p - 1] == ids[p] for p in run)
+                total += 1
+                run = []
+    return hits / max(1, total)
