@@ -14,7 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-from ragen_rllib.algorithms.starpo.checkpoint import CorruptCheckpointError, verify_checkpoint
+from ragen_rllib.algorithms.starpo.checkpoint import (
+    CorruptCheckpointError,
+    OldLayoutCheckpointError,
+    verify_checkpoint,
+)
 from ragen_rllib.cli.experiments import (
     UsageError,
     build_config,
@@ -119,6 +123,8 @@ def check_resumable(path: str, name: str) -> None:
         if checkpoints:  # Tune resumes each trial from its newest checkpoint
             try:
                 verify_checkpoint(checkpoints[-1])
+            except OldLayoutCheckpointError as err:  # then so is every checkpoint of the run
+                raise UsageError(f"--resume: {err}") from err
             except CorruptCheckpointError as err:
                 raise UsageError(
                     f"--resume: {err}. Delete that checkpoint folder to resume from the one "
