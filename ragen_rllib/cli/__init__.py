@@ -1,9 +1,11 @@
-"""The ``rllib`` command: ``rllib train file <yaml>`` and ``rllib evaluate <checkpoint>``.
+"""The ``rllib`` command: ``rllib train file <yaml>``, ``rllib evaluate <checkpoint>`` and
+``rllib export <checkpoint> <dir>``.
 
 Ray 2.60 ships no ``rllib`` console script, so the project provides one for the
 classic experiment YAML format (:mod:`ragen_rllib.cli.experiments`); training
 runs through Ray Tune (:mod:`ragen_rllib.cli.train`), evaluation loads a
-checkpoint (:mod:`ragen_rllib.cli.evaluate`).
+checkpoint (:mod:`ragen_rllib.cli.evaluate`), and export writes its actor as a
+Hugging Face model (:mod:`ragen_rllib.cli.export`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 
 from ragen_rllib.cli.evaluate import evaluate
 from ragen_rllib.cli.experiments import UsageError
+from ragen_rllib.cli.export import export
 from ragen_rllib.cli.train import train
 
 
@@ -49,6 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--max-turns", type=int, default=None)
     p_eval.add_argument("--seed", type=int, default=None, help="first evaluation seed")
     p_eval.add_argument("--num-cpus", type=int, default=None)
+    p_export = sub.add_parser(
+        "export", help="write a checkpoint's actor as a Hugging Face model directory"
+    )
+    p_export.add_argument("checkpoint")
+    p_export.add_argument("dir", help="a new (or empty) folder for the model")
+    p_export.add_argument(
+        "--with-critic", action="store_true", help="also write the critic to <dir>/critic"
+    )
+    p_export.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     args = parser.parse_args(argv)
     # Our own progress (e.g. the built-in model's first build) on stderr.
     log = logging.getLogger("ragen_rllib")
@@ -58,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
     try:
-        return train(args) if args.command == "train" else evaluate(args)
+        commands = {"train": train, "evaluate": evaluate, "export": export}
+        return commands[args.command](args)
     except UsageError as err:
         print(f"rllib: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,135 @@
+"""A StarPO checkpoint's actor as a plain Hugging Face model directory (``rllib export``).
+
+What comes out loads with ``AutoModelForCausalLM.from_pretrained(dir)`` and with
+vLLM, with no part of this project installed: ``config.json``, the weights as
+safetensors, the tokenizer with its chat template, and the generation config.
+LoRA adapters are merged into the weights (W = W0 + alpha / rank * B A), so the
+model is the one the checkpoint's actor computes; the log-probabilities of the
+exported model equal the checkpoint's. The critic is left out, or written to
+``critic/`` beside it (its transformer as a Hugging Face ``AutoModel``
+directory and the value head as ``value_head.safetensors``).
+
+A checkpoint is read without starting Ray: the RL module's constructor arguments
+and state are unpickled from the algorithm checkpoint (from the learner's own
+folder, or from the learner group's state when FSDP learners saved it), after
+:func:`~ragen_rllib.algorithms.starpo.checkpoint.verify_checkpoint` has checked
+every file against the checkpoint's manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
+
+#: Where RLlib keeps an algorithm checkpoint's RL module, and its learner group.
+_MODULE_DIR = Path("learner_group", "learner", "rl_module", DEFAULT_MODULE_ID)
+_GROUP_STATE = Path("learner_group", "state.pkl")
+EXPORT_DTYPES = ("float32", "bfloat16")
+
+
+def _load(path: Path) -> Any:
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _module_config(root: Path) -> dict[str, Any]:
+    """The RL module's model_config, from its own folder or from the algorithm's config.
+
+    The base model is the one recorded at training time; when that folder is gone
+    (another machine, a reinstalled package), the config's ``llm`` is resolved
+    again here."""
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+
+    args = _load(root / "class_and_ctor_args.pkl")["ctor_args_and_kwargs"][0]
+    config = StarPOConfig().update_from_dict(args[0])
+    ctor = root / _MODULE_DIR / "class_and_ctor_args.pkl"
+    if not ctor.is_file():
+        return config.llm_module_config()
+    module_config = dict(_load(ctor)["ctor_args_and_kwargs"][1]["model_config"])
+    if not os.path.isdir(module_config["model_path"]):
+        module_config["model_path"] = config.llm_module_config()["model_path"]
+    return module_config
+
+
+def _module_state(root: Path) -> dict[str, Any]:
+    own = root / _MODULE_DIR / "module_state.pkl"
+    if own.is_file():
+        return _load(own)
+    # FSDP learners: the learner group saved the gathered learner state itself.
+    return _load(root / _GROUP_STATE)["learner"]["rl_module"][DEFAULT_MODULE_ID]
+
+
+def load_module(checkpoint: str | os.PathLike) -> LLMRLModule:
+    """The learner's RL module (actor, and critic if it had one) of an algorithm
+    checkpoint, with the checkpoint's weights. The checkpoint is verified first."""
+    from ragen_rllib.algorithms.starpo.checkpoint import verify_checkpoint
+
+    root = Path(checkpoint)
+    verify_checkpoint(root)
+    if not (root / _MODULE_DIR).is_dir() and not (root / _GROUP_STATE).is_file():
+        raise FileNotFoundError(
+            f"{str(root)!r} is not a StarPO algorithm checkpoint (no {_MODULE_DIR} and no "
+            f"{_GROUP_STATE}); pass a checkpoint_NNNNNN folder of a training run"
+        )
+    config = _module_config(root)
+    module = LLMRLModule(observation_space=None, action_space=None, model_config=config)
+    module.set_state(_module_state(root))
+    module.eval()
+    return module
+
+
+def export_module(
+    module: LLMRLModule,
+    out: str | os.PathLike,
+    *,
+    with_critic: bool = False,
+    dtype: str = "float32",
+) -> list[str]:
+    """Write ``module``'s actor (LoRA merged) as a Hugging Face model directory ``out``
+    (created; it must not exist or be empty), and with ``with_critic`` its critic to
+    ``out/critic``. Returns the files written, relative to ``out``."""
+    from transformers import AutoTokenizer
+
+    if dtype not in EXPORT_DTYPES:
+        raise ValueError(f"dtype must be one of {list(EXPORT_DTYPES)}, got {dtype!r}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{str(out)!r} exists and is not empty; choose a new folder")
+    if with_critic and not module.has_critic:
+        raise ValueError("the checkpoint has no critic (its estimator is critic-free)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
+    try:
+        actor = _merged(module.actor, module.lora is not None)
+        actor.to(getattr(torch, dtype)).save_pretrained(tmp)
+        tokenizer = AutoTokenizer.from_pretrained(module.model_config["model_path"])
+        tokenizer.save_pretrained(tmp)
+        if with_critic:
+            from safetensors.torch import save_file
+
+            critic = _merged(module.critic, module.lora is not None)
+            critic.to(getattr(torch, dtype)).save_pretrained(tmp / "critic")
+            head = {k: v.detach().to(getattr(torch, dtype)).contiguous()
+                    for k, v in module.value_head.state_dict().items()}  # fmt: skip
+            save_file(head, str(tmp / "critic" / "value_head.safetensors"))
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+
+
+def _merged(net: torch.nn.Module, lora: bool) -> torch.nn.Module:
+    """``net`` with its LoRA adapters merged into the base weights (``net`` itself
+    when there are none)."""
+    return net.merge_and_unload() if lora else net
