@@ -50,14 +50,14 @@ POS_INT = {
 }  # fmt: skip
 NONNEG_INT = {
     "eval_seed", "eval_interval", "num_env_runners", "num_learners", "max_policy_lag",
-    "max_num_env_runner_restarts",
+    "max_num_env_runner_restarts", "collapse_warmup",
 }  # fmt: skip
 UNIT = {
     "gamma", "lambda", "gamma_turn", "lambda_turn", "gamma_token", "lambda_token",
     "max_env_error_share",
 }  # fmt: skip
 OPEN_UNIT = {"clip_low", "clip_high"}
-HALF_OPEN_UNIT = {"filter_keep_ratio", "top_p"}
+HALF_OPEN_UNIT = {"filter_keep_ratio", "top_p", "collapse_ema", "collapse_std_drop"}
 POSITIVE = {"lr", "critic_lr", "temperature"}
 NONNEG = {
     "entropy_coeff", "kl_coeff", "weight_decay", "vf_loss_coeff", "eval_temperature",
@@ -91,6 +91,7 @@ CHOICES = {
     "kl_estimator": ("k1", "k2", "k3", "k3_st", "abs"),
     "grad_clip_by": ("value", "norm", "global_norm"),
     "framework": ("torch",),
+    "collapse_guard": ("off", "stop", "checkpoint"),
 }
 SPECIAL = {
     "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",

@@ -89,6 +89,9 @@ def _print_progress():
                     f"learner {timing.get('learner_idle_share', 0):.0%} "
                     f"lag {r.get('policy_lag_mean', 0):.1f}"
                 )
+            warned = result.get("collapse", {}).get("warning", 0)
+            if warned and warned == result.get("training_iteration"):
+                line += " | COLLAPSE WARNING (the trial's log says why)"
             print(line, flush=True)
 
     return Progress()

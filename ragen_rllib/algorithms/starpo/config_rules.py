@@ -17,6 +17,7 @@ from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
+from ragen_rllib.algorithms.starpo.collapse import GUARDS
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
 from ragen_rllib.env_runner.prompts import PROMPT_STYLES
 from ragen_rllib.maths.advantages import REWARD_NORM_METHODS
@@ -91,6 +92,7 @@ _CHOICES = {
     "rollout_device": ROLLOUT_DEVICES,
     "kl_estimator": KL_ESTIMATORS,
     "learner_strategy": ("ddp", "fsdp"),
+    "collapse_guard": GUARDS,
     "grad_clip_by": ("value", "norm", "global_norm"),
 }
 _UNIT = "in [0, 1]"
@@ -114,6 +116,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         for key, choices in _CHOICES.items()
     },
     "eval_seed": _int_at_least(0),
+    "collapse_warmup": _int_at_least(0),
+    "collapse_ema": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
+    "collapse_std_drop": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
+    "collapse_spike": _number(lambda v: v > 1, "> 1"),
     "context_window": (
         lambda v: v is None or (is_int(v) and 0 <= v < _INT_LIMIT),
         "must be null (the whole history) or an integer >= 0 and < 2**31 (turns of history kept)",

@@ -157,6 +157,18 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # Updates whose loss or gradient norm is not finite are skipped (and counted);
     # this many skipped in a row stop the run with an error.
     "max_nonfinite_updates": 3,
+    # --- collapse ------------------------------------------------------------------
+    # The early warning of collapse (ragen_rllib.maths.collapse.EarlyWarning): it fires
+    # once, after collapse_warmup iterations, when the EMA (weight collapse_ema) of the
+    # in-group reward std is below collapse_std_drop times its peak while the EMA of
+    # the update's approximate KL or of the actor's gradient norm is above
+    # collapse_spike times its running median. collapse_guard: "off" (log it),
+    # "checkpoint" (also save a checkpoint then), "stop" (also end the trial).
+    "collapse_guard": "off",
+    "collapse_warmup": 20,
+    "collapse_ema": 0.1,
+    "collapse_std_drop": 0.5,
+    "collapse_spike": 3.0,
     # --- evaluation ----------------------------------------------------------------
     "eval_num_states": 256,  # fixed initial states for evaluation (paper 256)
     "eval_seed": 0,  # first seed of the evaluation states (training seeds are drawn >= 2**20)

@@ -23,13 +23,15 @@ One ``training_step``:
 
 Metrics land in ``self.metrics`` (Tune results, TensorBoard) under
 ``rollout/``, ``filter/``, ``learners/``, ``env_runners/`` (rollout time,
-generated tokens/s), ``counters/`` (lifetime totals, kept in checkpoints) and
+generated tokens/s), ``counters/`` (lifetime totals, kept in checkpoints),
+``collapse/`` (diversity, the early warning's EMAs and ``warning``) and
 ``evaluation/``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from typing import Any
@@ -39,6 +41,7 @@ import ray
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_SAMPLING_TIMER,
@@ -52,6 +55,7 @@ from ray.rllib.utils.metrics import (
 from ragen_rllib.algorithms.starpo import config_checks
 from ragen_rllib.algorithms.starpo.buffer import FreshnessBuffer
 from ragen_rllib.algorithms.starpo.checkpoint import verify_checkpoint, write_manifest
+from ragen_rllib.algorithms.starpo.collapse import CollapseWatch, diversity_metrics
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
 from ragen_rllib.algorithms.starpo.sampling import RunnerFailure, SampleRequest, SamplingMixin
 from ragen_rllib.connectors.learner import build_learner_pipeline
@@ -267,6 +271,7 @@ class StarPO(SamplingMixin, Algorithm):
         self._policy_version = 0  # learner updates so far
         self._request: SampleRequest | None = None
         self._last_step_end: float | None = None
+        self._collapse = CollapseWatch(self.config)
 
     # ----- the iteration ----------------------------------------------------------
     def training_step(self) -> None:
@@ -281,6 +286,7 @@ class StarPO(SamplingMixin, Algorithm):
                 trajs, busy = self._collect_sample()
                 waited = time.perf_counter() - wait_start
             self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
+            self.metrics.log_dict(diversity_metrics(trajs), key="collapse", window=1)
             self._count(trajs)
             self._sample_stage(rl_module=None, batch={}, episodes=trajs, metrics=self.metrics)
             self._buffer.add(trajs)
@@ -298,6 +304,7 @@ class StarPO(SamplingMixin, Algorithm):
         learners = max(1, cfg.num_learners)
         if batch and len(batch) >= learners:
             update_s, sync_s = self._update_and_sync(batch)
+            self._watch_for_collapse()
         else:  # every group dropped (env errors), filtered out or too stale
             # (With several learners each needs a trajectory: they meet in every pass.)
             logger.warning(
@@ -313,6 +320,36 @@ class StarPO(SamplingMixin, Algorithm):
         every = cfg.eval_interval
         if every and (self.training_iteration + 1) % every == 0:
             self.metrics.log_dict(self.evaluate_success(), key="evaluation", window=1)
+
+    def _watch_for_collapse(self) -> None:
+        """Feed this update's signals to the early warning; log it, and act on it as
+        ``collapse_guard`` says (see :mod:`~ragen_rllib.algorithms.starpo.collapse`)."""
+
+        def peek(*key) -> float:
+            value = self.metrics.peek(key, default=None)
+            return float("nan") if value is None else float(value)
+
+        learner = (LEARNER_RESULTS, DEFAULT_MODULE_ID)
+        metrics, reason = self._collapse.observe(
+            peek("rollout", "in_group_reward_std"),
+            peek(*learner, "approx_kl"),
+            peek(*learner, "gradients_actor_global_norm"),
+        )
+        self.metrics.log_dict(metrics, key="collapse", window=1)
+        if reason is None:
+            return
+        iteration = self.training_iteration + 1
+        logger.warning("iteration %d: collapse warning: %s", iteration, reason)
+        if self.config.collapse_guard == "checkpoint":
+            path = os.path.join(self.logdir, f"checkpoint_collapse_warning_{iteration:06d}")
+            self.save_to_path(path)
+            logger.warning("collapse guard: checkpoint saved to %s", path)
+
+    def step(self) -> dict[str, Any]:
+        results = super().step()
+        if self._collapse.stop_requested:  # collapse_guard "stop": Tune ends the trial
+            results["done"] = True
+        return results
 
     def _update_and_sync(self, batch: list[Trajectory]) -> tuple[float, float]:
         start = time.perf_counter()
@@ -444,6 +481,7 @@ class StarPO(SamplingMixin, Algorithm):
         pending = self._request
         state["num_sample_calls"] = pending.call if pending else self._num_sample_calls
         state["policy_version"] = self._policy_version
+        state["collapse_warning"] = self._collapse.get_state()
         # Sampling and minibatch order draw from explicitly seeded generators; the
         # global ones are saved too, for anything (a user's env, say) that uses them.
         state["rng_states"] = {
@@ -462,6 +500,8 @@ class StarPO(SamplingMixin, Algorithm):
         self._request = None  # a sample in flight at save time is drawn again
         if "lifetime_counters" in state:
             self._lifetime.update(state["lifetime_counters"])
+        if "collapse_warning" in state:
+            self._collapse.set_state(state["collapse_warning"])
         if "rng_states" in state:
             random.setstate(state["rng_states"]["python"])
             np.random.set_state(state["rng_states"]["numpy"])

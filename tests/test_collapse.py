@@ -1,0 +1,205 @@
+"""Collapse indicators on constructed inputs: the MI estimate and retrieval accuracy
+at their two extremes, distinct-n and template repetition on hand-made texts, and
+the early-warning rule on hand-made signal streams. No Ray."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ragen_rllib.maths.collapse import (
+    EarlyWarning,
+    distinct_n,
+    distinct_n_within_groups,
+    pair_information,
+    template_repetition,
+    think_text,
+)
+
+M = 8
+
+
+def test_mi_is_log_m_when_each_reasoning_names_its_prompt():
+    # Reasoning j is certain under prompt j and very unlikely under any other.
+    loglik = torch.full((M, M), -60.0)
+    loglik.fill_diagonal_(0.0)
+    info = pair_information(loglik, [5] * M, k=3)
+    assert info.mutual_information == pytest.approx(math.log(M), abs=1e-6)
+    assert info.retrieval_acc_at_1 == 1.0 and info.retrieval_acc_at_k == 1.0
+    assert info.chance_at_1 == pytest.approx(1 / M)
+    assert info.conditional_entropy == pytest.approx(0.0)
+    # Matched pairs stand far above mismatched ones: z is large (std of equal values
+    # is 0, so a tiny spread is added to make it finite).
+    loglik2 = loglik + torch.linspace(0, 1e-3, M)[:, None]
+    loglik2.fill_diagonal_(0.0)
+    assert pair_information(loglik2, [5] * M).mi_zscore > 1e3
+
+
+def test_mi_is_zero_when_reasoning_ignores_the_prompt():
+    g = torch.Generator().manual_seed(0)
+    per_reasoning = -torch.rand(M, generator=g) * 20  # log p(z_j), whatever the prompt
+    loglik = per_reasoning[None, :].repeat(M, 1)
+    info = pair_information(loglik, [4] * M, k=3)
+    assert info.mutual_information == pytest.approx(0.0, abs=1e-9)
+    assert info.mi_zscore == 0.0
+    # Every prompt ties: the own prompt is never strictly best, retrieval is at or
+    # below chance.
+    assert info.retrieval_acc_at_1 <= 1 / M
+    assert info.conditional_entropy == pytest.approx(-float(per_reasoning.sum()) / (4 * M))
+
+
+def test_retrieval_is_at_chance_for_random_scores():
+    g = torch.Generator().manual_seed(1)
+    hits1 = hitsk = 0
+    trials = 400
+    for _ in range(trials):
+        info = pair_information(torch.randn(M, M, generator=g), [3] * M, k=2)
+        hits1 += info.retrieval_acc_at_1
+        hitsk += info.retrieval_acc_at_k
+    # 400 x 8 draws: chance 1/8 and 2/8, within 4 standard errors.
+    se1 = math.sqrt((1 / M) * (1 - 1 / M) / (trials * M))
+    assert abs(hits1 / trials - 1 / M) < 4 * se1
+    assert abs(hitsk / trials - 2 / M) < 4 * math.sqrt((2 / M) * (1 - 2 / M) / (trials * M))
+
+
+def test_pair_information_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="square"):
+        pair_information(torch.zeros(2, 3), [1, 1])
+    with pytest.raises(ValueError, match="positive counts"):
+        pair_information(torch.zeros(2, 2), [1, 0])
+
+
+def test_think_text_distinct_n_and_template_repetition_on_hand_made_texts():
+    assert think_text("<think> go up then left </think> <answer> Up </answer>") == (
+        "go up then left"
+    )
+    assert think_text("<think> cut short") == "cut short"
+    assert think_text("<answer> Up </answer>") == ""
+    texts = ["a b c", "a b d"]
+    # unigrams: a b c a b d -> {a, b, c, d} / 6; bigrams: ab bc ab bd -> 3 / 4
+    assert distinct_n(texts, 1) == pytest.approx(4 / 6)
+    assert distinct_n(texts, 2) == pytest.approx(3 / 4)
+    assert distinct_n(["one"], 2) == 0.0 and distinct_n([], 1) == 0.0
+    # Within groups: group x holds the two texts above (3/4), group y one text "p q"
+    # (1/1); the mean is 7/8. A group without a bigram does not count.
+    assert distinct_n_within_groups(texts + ["p q", "z"], ["x", "x", "y", "w"], 2) == (
+        pytest.approx((3 / 4 + 1) / 2)
+    )
+    # Templates: numbers and coordinates masked, whitespace folded.
+    same = ["player at 1,2 goal at 3,3", "player  at 0,1 goal at 2,2", "move left"]
+    assert template_repetition(same) == pytest.approx(2 / 3)
+    assert template_repetition(["a", "b", "c", "d"]) == pytest.approx(1 / 4)
+    assert template_repetition(["x 1"] * 5) == 1.0 and template_repetition([]) == 0.0
+
+
+def stream(iterations, std, kl, grad):
+    warn = EarlyWarning(warmup=10)
+    fired = None
+    for i in range(iterations):
+        reason = warn.update(std(i), kl(i), grad(i))
+        if reason and fired is None:
+            fired = (i + 1, reason)
+    return warn, fired
+
+
+def test_the_warning_fires_when_spread_collapses_and_the_step_jumps():
+    # Spread 0.4 falling to 0.05 from iteration 60; the KL jumps 10x at 80.
+    warn, fired = stream(
+        120,
+        std=lambda i: 0.4 if i < 60 else 0.05,
+        kl=lambda i: 0.005 if i < 80 else 0.5,
+        grad=lambda i: 1.0,
+    )
+    assert fired is not None and 80 < fired[0] <= 90, fired
+    assert "in-group reward std" in fired[1] and "step_kl" in fired[1]
+    assert warn.fired_at == fired[0]
+
+
+@pytest.mark.parametrize(
+    "std, kl",
+    [
+        # Learnt the task: the spread falls to 0, the steps stay small. No warning.
+        (lambda i: 0.4 if i < 60 else 0.0, lambda i: 0.005),
+        # A jump of the step while the spread is healthy. No warning.
+        (lambda i: 0.4, lambda i: 0.005 if i < 80 else 0.5),
+    ],
+)
+def test_either_signal_alone_does_not_warn(std, kl):
+    _, fired = stream(150, std=std, kl=kl, grad=lambda i: 1.0)
+    assert fired is None
+
+
+def test_a_non_finite_gradient_counts_as_a_spike():
+    _, fired = stream(
+        60,
+        std=lambda i: 0.4 if i < 30 else 0.01,
+        kl=lambda i: 0.01,
+        grad=lambda i: 1.0 if i < 50 else float("nan"),
+    )
+    assert fired is not None and fired[0] == 51 and "grad_norm is nan" in fired[1]
+
+
+# ----- in the algorithm: the metrics, the warning and the guard -------------------------
+GUARD_SCRIPT = """
+import json, os, ray
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+from ragen_rllib.maths import collapse
+ray.init(num_cpus=2, include_dashboard=False)
+# The rule itself is tested on signal streams; here it is made to fire at iteration 3,
+# to follow what the algorithm does then.
+original = collapse.EarlyWarning.update
+def update(self, *signals):
+    original(self, *signals)
+    if self.iteration == 3:
+        self.fired_at = 3
+        return "forced for the test"
+    return None
+collapse.EarlyWarning.update = update
+out = {}
+for guard in ("off", "checkpoint", "stop"):
+    algo = StarPOConfig.from_user_dict({**TINY, "collapse_guard": guard}).build_algo()
+    rows = []
+    for _ in range(5):
+        r = algo.train()
+        rows.append({"iteration": r["training_iteration"], "done": bool(r.get("done")),
+                     **{k: float(v) for k, v in r["collapse"].items()}})
+        if r.get("done"):
+            break
+    out[guard] = {"rows": rows, "files": sorted(os.listdir(algo.logdir))}
+    algo.stop()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_the_warning_is_logged_and_the_guard_acts(tmp_path):
+    from conftest import TINY, run_script
+
+    out = run_script(GUARD_SCRIPT, tmp_path, define={"TINY": TINY})
+    for guard in ("off", "checkpoint", "stop"):
+        rows = out[guard]["rows"]
+        # The indicators are logged every iteration.
+        for row in rows:
+            assert 0 <= row["distinct_1"] <= 1 and 0 < row["template_repetition"] <= 1
+            assert {"in_group_std_ema", "step_kl_ema", "grad_norm_ema"} <= set(row)
+        assert [row["warning"] for row in rows[:3]] == [0, 0, 3]
+    assert len(out["off"]["rows"]) == 5 and not any(r["done"] for r in out["off"]["rows"])
+    assert "checkpoint_collapse_warning_000003" in out["checkpoint"]["files"]
+    assert "checkpoint_collapse_warning_000003" not in out["off"]["files"]
+    assert len(out["checkpoint"]["rows"]) == 5
+    # stop: the trial ends with the warning's iteration.
+    assert [r["done"] for r in out["stop"]["rows"]] == [False, False, True]
+
+
+def test_the_progress_line_says_when_the_warning_fires(capsys):
+    from ragen_rllib.cli.train import _print_progress
+
+    progress = _print_progress()
+    trial = type("Trial", (), {"trial_id": "t0"})()
+    for iteration, warned in ((4, 0), (5, 5), (6, 5)):
+        result = {"training_iteration": iteration, "collapse": {"warning": warned}}
+        progress.on_trial_result(iteration, [], trial, result)
+    lines = capsys.readouterr().out.splitlines()
+    assert ["COLLAPSE WARNING" in line for line in lines] == [False, True, False]
