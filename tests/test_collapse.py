@@ -159,7 +159,9 @@ def update(self, *signals):
 collapse.EarlyWarning.update = update
 out = {}
 for guard in ("off", "checkpoint", "stop"):
-    algo = StarPOConfig.from_user_dict({**TINY, "collapse_guard": guard}).build_algo()
+    algo = StarPOConfig.from_user_dict(
+        {**TINY, "collapse_guard": guard, "collapse_metrics_interval": 2}
+    ).build_algo()
     rows = []
     for _ in range(5):
         r = algo.train()
@@ -185,6 +187,17 @@ def test_the_warning_is_logged_and_the_guard_acts(tmp_path):
             assert 0 <= row["distinct_1"] <= 1 and 0 < row["template_repetition"] <= 1
             assert {"in_group_std_ema", "step_kl_ema", "grad_norm_ema"} <= set(row)
         assert [row["warning"] for row in rows[:3]] == [0, 0, 3]
+        # The information metrics every 2nd iteration (1, 3, 5): 2 groups, so M = 2
+        # distinct first-turn prompts at least, and MI in [0, log M].
+        for row in rows:
+            # Computed at iterations 1, 3, 5 (NaN in the results between, like evaluation).
+            computed = row["iteration"] % 2 == 1
+            assert (row["mi_iteration"] == row["iteration"]) == computed, row
+            assert math.isnan(row["mi"]) != computed, row
+            if computed:
+                assert row["mi_samples"] >= 2 and row["retrieval_chance"] == 1 / row["mi_samples"]
+                assert row["mi"] <= math.log(row["mi_samples"]) + 1e-9
+                assert row["conditional_entropy"] > 0 and row["mi_s"] > 0
     assert len(out["off"]["rows"]) == 5 and not any(r["done"] for r in out["off"]["rows"])
     assert "checkpoint_collapse_warning_000003" in out["checkpoint"]["files"]
     assert "checkpoint_collapse_warning_000003" not in out["off"]["files"]
@@ -203,3 +216,42 @@ def test_the_progress_line_says_when_the_warning_fires(capsys):
         progress.on_trial_result(iteration, [], trial, result)
     lines = capsys.readouterr().out.splitlines()
     assert ["COLLAPSE WARNING" in line for line in lines] == [False, True, False]
+
+
+def test_pair_loglik_scores_every_reasoning_after_every_prompt():
+    """The learner's matrix equals each pair's log-likelihood computed directly."""
+    from conftest import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    from ragen_rllib.algorithms.starpo.collapse import first_turn_pairs
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+
+    cfg = tiny_config(
+        llm="builtin",
+        env="ragen/FrozenLakeNoSlip-v0",
+        env_groups=3,
+        max_new_tokens=24,
+        max_tokens_per_microbatch=600,
+    )
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    trajs = runner.sample()
+    think_end = runner.tokenizer.encode("</think>", add_special_tokens=False)[0]
+    prompts, reasonings = first_turn_pairs(trajs, 4, think_end)
+    # One per group first (3 groups, so 3 distinct prompts), then the 4th from group 0.
+    assert len(prompts) == 4 and len({tuple(p) for p in prompts}) == 3
+    assert all(z[-1] == think_end for z in reasonings if think_end in z)
+    learner = cfg.build_learner(spaces=runner.get_spaces())
+    learner.build()
+    matrix = learner.pair_loglik(prompts, reasonings)
+    model = AutoModelForCausalLM.from_pretrained(runner._model_path).eval()
+    for i, prompt in enumerate(prompts):
+        for j, reasoning in enumerate(reasonings):
+            ids = torch.tensor([prompt + reasoning])
+            with torch.no_grad():
+                logits = model(ids).logits[0, len(prompt) - 1 : -1]
+            direct = torch.log_softmax(logits.float(), -1).gather(
+                -1, torch.tensor(reasoning)[:, None]
+            )
+            assert matrix[i][j] == pytest.approx(float(direct.sum()), abs=1e-3)
+    info = pair_information(torch.tensor(matrix), [len(z) for z in reasonings])
+    assert info.mutual_information <= math.log(4) and info.conditional_entropy > 0

@@ -98,6 +98,40 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
         with module.actor.disable_adapter():  # LoRA: the base model is the reference
             return response_logprobs(module.lm, batch, temperature, module._autocast)["logp"]
 
+    @torch.no_grad()
+    def pair_loglik(
+        self,
+        prompts: list[list[int]],
+        reasonings: list[list[int]],
+        module_id: str = "default_policy",
+    ) -> list[list[float]]:
+        """``L[i][j] = log p(reasonings[j] | prompts[i])`` under the actor (the collapse
+        metrics' prompt-reasoning matrix, :func:`~ragen_rllib.maths.collapse.pair_information`):
+        every reasoning scored after every prompt, one row per pair, in micro-batches of
+        ``max_tokens_per_microbatch`` padded tokens."""
+        module = self._unwrapped(module_id)
+        rows = [(i, j, p + z) for i, p in enumerate(prompts) for j, z in enumerate(reasonings)]
+        width = max(len(ids) for _, _, ids in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        scored = torch.zeros((len(rows), width))
+        for r, (i, _, seq) in enumerate(rows):
+            ids[r, : len(seq)] = torch.tensor(seq)
+            attention[r, : len(seq)] = 1
+            scored[r, len(prompts[i]) : len(seq)] = 1
+        out = [[0.0] * len(reasonings) for _ in prompts]
+        lengths = attention.sum(1).tolist()
+        for part in microbatch_rows(lengths, self.config.max_tokens_per_microbatch):
+            batch = take_rows(
+                {"input_ids": ids, "attention_mask": attention, "response_mask": scored}, part
+            )
+            batch = {k: v.to(self._device) for k, v in batch.items()}
+            logp = response_logprobs(module.lm, batch, module.temperature, module._autocast)
+            sums = (logp["logp"] * batch["response_mask"]).sum(1).tolist()
+            for r, total in zip(part, sums, strict=True):
+                out[rows[r][0]][rows[r][1]] = float(total)
+        return out
+
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         """AdamW for the actor (``lr``) and, with a critic, one for it (``critic_lr``)."""
         module = self._unwrapped(module_id)

@@ -75,7 +75,7 @@ def template_repetition(texts: Sequence[str]) -> float:
 class PairInformation:
     """What :func:`pair_information` derives from an M x M log-likelihood matrix."""
 
-    mutual_information: float  # nats; in [0, log M]
+    mutual_information: float  # nats; at most log M, about 0 when the prompt changes nothing
     mi_zscore: float  # how far matched pairs stand above mismatched ones, in their stds
     conditional_entropy: float  # nats per reasoning token, H(Z | X)
     retrieval_acc_at_1: float
@@ -95,7 +95,7 @@ def pair_information(
       of a reasoning's likelihood under its own prompt to its likelihood under the
       prompts of the batch (their mixture standing for p(z)). It is log M when each
       reasoning is likely only under its own prompt, and 0 when the prompt changes
-      nothing.
+      nothing; as an estimate from M samples it can fall slightly below 0.
     * z-score: for each j, ``(L[j, j] - mean_{i != j} L[i, j]) / std_{i != j} L[i, j]``,
       averaged over j (0 when the mismatched scores do not vary).
     * conditional entropy per token: ``-sum_j L[j, j] / sum_j tokens[j]``.

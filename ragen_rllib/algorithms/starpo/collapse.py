@@ -2,7 +2,10 @@
 
 Every fresh rollout batch gives the reasoning-diversity indicators
 (:mod:`ragen_rllib.maths.collapse`: distinct-1/2 of the think texts within the
-groups and over the batch, and template repetition). Every update gives the
+groups and over the batch, and template repetition). Every
+``collapse_metrics_interval`` iterations, M first-turn (prompt, reasoning) pairs
+of the batch (:func:`first_turn_pairs`) are scored by the actor, every reasoning
+under every prompt, for the prompt-reasoning information metrics. Every update gives the
 signals of :class:`~ragen_rllib.maths.collapse.EarlyWarning` (the in-group reward
 std, the approximate KL of the update's step, the actor's gradient norm), whose
 EMAs are logged too. When the warning fires, ``collapse/warning`` holds its
@@ -19,14 +22,18 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+import torch
+
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths.collapse import (
     EarlyWarning,
     distinct_n,
     distinct_n_within_groups,
+    pair_information,
     template_repetition,
     think_text,
 )
+from ragen_rllib.models.resolve import resolve_model
 
 GUARDS = ("off", "stop", "checkpoint")
 
@@ -50,11 +57,37 @@ def diversity_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     return out
 
 
+def first_turn_pairs(
+    trajectories: list[Trajectory], samples: int, think_end: int | None
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Up to ``samples`` (prompt ids, reasoning ids) pairs from the trajectories' first
+    turns: one trajectory of each group first (distinct prompts), then more of each
+    group in turn. The reasoning is the first answer up to and including the
+    ``think_end`` token (``</think>``), the whole answer without it."""
+    by_group: dict[Any, list[Trajectory]] = {}
+    for t in trajectories:
+        if t.turn_spans and t.turn_spans[0][2] > t.turn_spans[0][1]:
+            by_group.setdefault(t.group, []).append(t)
+    order = [ts[k] for k in range(max(map(len, by_group.values()), default=0))
+             for ts in by_group.values() if k < len(ts)]  # fmt: skip
+    prompts, reasonings = [], []
+    for t in order[:samples]:
+        seg, start, _ = t.turn_spans[0]
+        answer = t.turn_ids(0)
+        if think_end is not None and think_end in answer:
+            answer = answer[: answer.index(think_end) + 1]
+        prompts.append(t.segments[seg].input_ids[:start])
+        reasonings.append(list(answer))
+    return prompts, reasonings
+
+
 class CollapseWatch:
     """The early warning over a run's iterations, its state kept in checkpoints."""
 
     def __init__(self, config: Any):
+        self.config = config
         self.guard = config.collapse_guard
+        self._think_end: int | None = None  # the </think> token id, read when first needed
         self.warning = EarlyWarning(
             alpha=config.collapse_ema,
             std_drop=config.collapse_std_drop,
@@ -73,6 +106,43 @@ class CollapseWatch:
         metrics = {f"{k}_ema": v for k, v in self.warning.ema.items()}
         metrics["warning"] = self.warning.fired_at or 0
         return metrics, reason
+
+    def information(
+        self, learner_group: Any, trajectories: list[Trajectory], iteration: int
+    ) -> dict[str, float]:
+        """RAGEN-2's prompt-reasoning information on a batch's first turns, scored by the
+        learners' actor (its current weights), with what it cost (``mi_s``) and the
+        iteration it was computed at (``mi_iteration``; the results of the iterations
+        between hold NaN for these keys)."""
+        start = time.perf_counter()
+        if self._think_end is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.config.llm))
+            ids = tokenizer.encode("</think>", add_special_tokens=False)
+            self._think_end = ids[0] if len(ids) == 1 else -1
+        prompts, reasonings = first_turn_pairs(
+            trajectories, self.config.collapse_mi_samples, self._think_end
+        )
+        if len(prompts) < 2:
+            return {}
+        results = learner_group.foreach_learner(
+            lambda learner: learner.pair_loglik(prompts, reasonings)
+        )
+        first = next(iter(results))  # every learner holds the whole actor's scores
+        loglik = first.get() if hasattr(first, "get") else first
+        info = pair_information(torch.tensor(loglik), [len(z) for z in reasonings])
+        return {
+            "mi": info.mutual_information,
+            "mi_zscore": info.mi_zscore,
+            "mi_samples": len(prompts),
+            "conditional_entropy": info.conditional_entropy,
+            "retrieval_acc_at_1": info.retrieval_acc_at_1,
+            f"retrieval_acc_at_{info.k}": info.retrieval_acc_at_k,
+            "retrieval_chance": info.chance_at_1,
+            "mi_s": time.perf_counter() - start,
+            "mi_iteration": iteration,
+        }
 
     def get_state(self) -> dict[str, Any]:
         return asdict(self.warning)

@@ -117,6 +117,11 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     },
     "eval_seed": _int_at_least(0),
     "collapse_warmup": _int_at_least(0),
+    "collapse_metrics_interval": _int_at_least(0),
+    "collapse_mi_samples": (
+        lambda v: is_int(v) and 2 <= v <= 256,
+        "must be an integer in [2, 256] (the matrix scored is that number squared)",
+    ),
     "collapse_ema": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
     "collapse_std_drop": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
     "collapse_spike": _number(lambda v: v > 1, "> 1"),

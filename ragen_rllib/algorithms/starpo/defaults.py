@@ -165,6 +165,11 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # collapse_spike times its running median. collapse_guard: "off" (log it),
     # "checkpoint" (also save a checkpoint then), "stop" (also end the trial).
     "collapse_guard": "off",
+    # Every this many iterations (0: never) the actor scores collapse_mi_samples
+    # first-turn reasonings under each other's prompts: RAGEN-2's mutual information
+    # between prompts and reasoning, its z-score, H(Z|X) and retrieval accuracy.
+    "collapse_metrics_interval": 10,
+    "collapse_mi_samples": 16,
     "collapse_warmup": 20,
     "collapse_ema": 0.1,
     "collapse_std_drop": 0.5,

@@ -287,6 +287,11 @@ class StarPO(SamplingMixin, Algorithm):
                 waited = time.perf_counter() - wait_start
             self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
             self.metrics.log_dict(diversity_metrics(trajs), key="collapse", window=1)
+            every = cfg.collapse_metrics_interval
+            if every and self.training_iteration % every == 0:
+                iteration = self.training_iteration + 1
+                info = self._collapse.information(self.learner_group, trajs, iteration)
+                self.metrics.log_dict(info, key="collapse", window=1)
             self._count(trajs)
             self._sample_stage(rl_module=None, batch={}, episodes=trajs, metrics=self.metrics)
             self._buffer.add(trajs)
