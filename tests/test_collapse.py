@@ -94,11 +94,11 @@ def test_think_text_distinct_n_and_template_repetition_on_hand_made_texts():
     assert template_repetition(["x 1"] * 5) == 1.0 and template_repetition([]) == 0.0
 
 
-def stream(iterations, std, kl, grad):
+def stream(iterations, std, kl, grad, entropy=lambda i: 0.9):
     warn = EarlyWarning(warmup=10)
     fired = None
     for i in range(iterations):
-        reason = warn.update(std(i), kl(i), grad(i))
+        reason = warn.update(std(i), kl(i), grad(i), entropy(i))
         if reason and fired is None:
             fired = (i + 1, reason)
     return warn, fired
@@ -128,6 +128,27 @@ def test_the_warning_fires_when_spread_collapses_and_the_step_jumps():
 )
 def test_either_signal_alone_does_not_warn(std, kl):
     _, fired = stream(150, std=std, kl=kl, grad=lambda i: 1.0)
+    assert fired is None
+
+
+def test_an_entropy_running_away_after_the_spread_fell_warns():
+    # The task learnt (spread 0 from 30), then the entropy climbs from 0.9 to 3.
+    _, fired = stream(
+        120,
+        std=lambda i: 0.3 if i < 30 else 0.0,
+        kl=lambda i: 0.005,
+        grad=lambda i: 1.0,
+        entropy=lambda i: 0.9 if i < 60 else min(3.0, 0.9 + 0.1 * (i - 60)),
+    )
+    assert fired is not None and 60 < fired[0] <= 80 and "entropy EMA" in fired[1], fired
+    # The same entropy rise while groups still disagree is not the signature.
+    _, fired = stream(
+        120,
+        std=lambda i: 0.3,
+        kl=lambda i: 0.005,
+        grad=lambda i: 1.0,
+        entropy=lambda i: 0.9 if i < 60 else min(3.0, 0.9 + 0.1 * (i - 60)),
+    )
     assert fired is None
 
 
@@ -185,7 +206,7 @@ def test_the_warning_is_logged_and_the_guard_acts(tmp_path):
         # The indicators are logged every iteration.
         for row in rows:
             assert 0 <= row["distinct_1"] <= 1 and 0 < row["template_repetition"] <= 1
-            assert {"in_group_std_ema", "step_kl_ema", "grad_norm_ema"} <= set(row)
+            assert {"in_group_std_ema", "step_kl_ema", "grad_norm_ema", "entropy_ema"} <= set(row)
         assert [row["warning"] for row in rows[:3]] == [0, 0, 3]
         # The information metrics every 2nd iteration (1, 3, 5): 2 groups, so M = 2
         # distinct first-turn prompts at least, and MI in [0, log M].

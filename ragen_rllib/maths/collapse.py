@@ -14,8 +14,8 @@ feeds it the batch's texts, the actor's scores and the per-iteration metrics.
   under prompt i) the MI estimate, its z-score against the mismatched pairs, the
   conditional entropy per token and retrieval accuracy.
 * :class:`EarlyWarning`: a documented rule over the EMAs of the in-group reward
-  std, the policy's step (approximate KL to the behaviour policy) and the
-  gradient norm.
+  std, the policy's step (approximate KL to the behaviour policy), the
+  gradient norm and the policy's entropy.
 """
 
 from __future__ import annotations
@@ -137,14 +137,17 @@ class EarlyWarning:
 
     The rule, from RAGEN's findings (the in-group reward spread falls before
     success does; a spike of the policy's step or of the gradient marks the point
-    of no return): it fires at the first iteration, after ``warmup`` iterations,
-    where
+    of no return) and from a collapse measured here (once every rollout of a group
+    succeeds, the policy gradient vanishes, the entropy bonus alone moves Adam's
+    full-size steps, and the entropy runs away until the answers break): it fires
+    at the first iteration, after ``warmup`` iterations, where
 
     * the EMA of the in-group reward std has fallen below ``std_drop`` times its
       running peak, **and**
     * the EMA of the approximate KL between the behaviour policy and the updated
       one, or the EMA of the actor's gradient norm, exceeds ``spike`` times its
-      running median (the median of all its earlier EMA values).
+      running median (the median of all its earlier EMA values), or the EMA of
+      the policy's entropy exceeds ``entropy_spike`` times its running median.
 
     A falling reward spread alone is what a policy that has learnt its task also
     shows; a jump of the step size alone happens in healthy runs too. Both
@@ -157,6 +160,7 @@ class EarlyWarning:
     std_drop: float = 0.5
     spike: float = 3.0
     warmup: int = 20
+    entropy_spike: float = 2.0
     iteration: int = 0
     fired_at: int | None = None
     ema: dict[str, float] = field(default_factory=dict)
@@ -168,23 +172,27 @@ class EarlyWarning:
         self.ema[key] = value if old is None else (1 - self.alpha) * old + self.alpha * value
         return self.ema[key]
 
-    def update(self, in_group_std: float, step_kl: float, grad_norm: float) -> str | None:
+    def update(
+        self, in_group_std: float, step_kl: float, grad_norm: float, entropy: float = math.nan
+    ) -> str | None:
         self.iteration += 1
-        values = {"step_kl": step_kl, "grad_norm": grad_norm}
+        values = {"step_kl": step_kl, "grad_norm": grad_norm, "entropy": entropy}
+        limits = {"step_kl": self.spike, "grad_norm": self.spike, "entropy": self.entropy_spike}
         std = self._smooth("in_group_std", in_group_std)
         self.peak_std = max(self.peak_std, std)
         spikes = []
         for key, value in values.items():
             if not math.isfinite(value):
-                spikes.append(f"{key} is {value}")
+                if key != "entropy":  # entropy is optional; a NaN step or gradient is not
+                    spikes.append(f"{key} is {value}")
                 continue
             smoothed = self._smooth(key, value)
             past = self.history.setdefault(key, [])
             if past:
                 median = sorted(past)[len(past) // 2]
-                if median > 0 and smoothed > self.spike * median:
+                if median > 0 and smoothed > limits[key] * median:
                     spikes.append(
-                        f"{key} EMA {smoothed:.3g} > {self.spike:g} x median {median:.3g}"
+                        f"{key} EMA {smoothed:.3g} > {limits[key]:g} x median {median:.3g}"
                     )
             past.append(smoothed)
         if self.fired_at is not None or self.iteration <= self.warmup:

@@ -7,8 +7,8 @@ groups and over the batch, and template repetition). Every
 of the batch (:func:`first_turn_pairs`) are scored by the actor, every reasoning
 under every prompt, for the prompt-reasoning information metrics. Every update gives the
 signals of :class:`~ragen_rllib.maths.collapse.EarlyWarning` (the in-group reward
-std, the approximate KL of the update's step, the actor's gradient norm), whose
-EMAs are logged too. When the warning fires, ``collapse/warning`` holds its
+std, the approximate KL of the update's step, the actor's gradient norm, the
+policy's entropy), whose EMAs are logged too. When the warning fires, ``collapse/warning`` holds its
 iteration from then on, the reason is logged, and ``collapse_guard`` acts:
 ``off`` does nothing more, ``checkpoint`` saves a checkpoint at once (in the
 trial's folder, ``checkpoint_collapse_warning_<iteration>``), ``stop`` ends the
@@ -93,14 +93,15 @@ class CollapseWatch:
             std_drop=config.collapse_std_drop,
             spike=config.collapse_spike,
             warmup=config.collapse_warmup,
+            entropy_spike=config.collapse_entropy_spike,
         )
         self.stop_requested = False
 
     def observe(
-        self, in_group_std: float, step_kl: float, grad_norm: float
+        self, in_group_std: float, step_kl: float, grad_norm: float, entropy: float
     ) -> tuple[dict[str, float], str | None]:
         """One iteration's signals -> (the metrics to log, the reason if it fired now)."""
-        reason = self.warning.update(in_group_std, step_kl, grad_norm)
+        reason = self.warning.update(in_group_std, step_kl, grad_norm, entropy)
         if reason is not None and self.guard == "stop":
             self.stop_requested = True
         metrics = {f"{k}_ema": v for k, v in self.warning.ema.items()}

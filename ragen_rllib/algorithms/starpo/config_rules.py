@@ -125,6 +125,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "collapse_ema": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
     "collapse_std_drop": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
     "collapse_spike": _number(lambda v: v > 1, "> 1"),
+    "collapse_entropy_spike": _number(lambda v: v > 1, "> 1"),
     "context_window": (
         lambda v: v is None or (is_int(v) and 0 <= v < _INT_LIMIT),
         "must be null (the whole history) or an integer >= 0 and < 2**31 (turns of history kept)",

@@ -162,7 +162,8 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # once, after collapse_warmup iterations, when the EMA (weight collapse_ema) of the
     # in-group reward std is below collapse_std_drop times its peak while the EMA of
     # the update's approximate KL or of the actor's gradient norm is above
-    # collapse_spike times its running median. collapse_guard: "off" (log it),
+    # collapse_spike times its running median, or the entropy's EMA above
+    # collapse_entropy_spike times its median. collapse_guard: "off" (log it),
     # "checkpoint" (also save a checkpoint then), "stop" (also end the trial).
     "collapse_guard": "off",
     # Every this many iterations (0: never) the actor scores collapse_mi_samples
@@ -174,6 +175,7 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "collapse_ema": 0.1,
     "collapse_std_drop": 0.5,
     "collapse_spike": 3.0,
+    "collapse_entropy_spike": 2.0,
     # --- evaluation ----------------------------------------------------------------
     "eval_num_states": 256,  # fixed initial states for evaluation (paper 256)
     "eval_seed": 0,  # first seed of the evaluation states (training seeds are drawn >= 2**20)

@@ -339,6 +339,7 @@ class StarPO(SamplingMixin, Algorithm):
             peek("rollout", "in_group_reward_std"),
             peek(*learner, "approx_kl"),
             peek(*learner, "gradients_actor_global_norm"),
+            peek(*learner, "entropy"),
         )
         self.metrics.log_dict(metrics, key="collapse", window=1)
         if reason is None:
