@@ -161,9 +161,10 @@ class EarlyWarning:
     spike: float = 3.0
     warmup: int = 20
     entropy_spike: float = 2.0
+    # What the rule has seen so far (a checkpoint keeps it).
+    ema: dict[str, float] = field(default_factory=dict)
     iteration: int = 0
     fired_at: int | None = None
-    ema: dict[str, float] = field(default_factory=dict)
     peak_std: float = 0.0
     history: dict[str, list[float]] = field(default_factory=dict)
 
