@@ -108,7 +108,8 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
         """``L[i][j] = log p(reasonings[j] | prompts[i])`` under the actor (the collapse
         metrics' prompt-reasoning matrix, :func:`~ragen_rllib.maths.collapse.pair_information`):
         every reasoning scored after every prompt, one row per pair, in micro-batches of
-        ``max_tokens_per_microbatch`` padded tokens."""
+        ``max_tokens_per_microbatch`` padded tokens. Under FSDP every learner calls it
+        with the same pairs, so all run the same forward passes."""
         module = self._unwrapped(module_id)
         rows = [(i, j, p + z) for i, p in enumerate(prompts) for j, z in enumerate(reasonings)]
         width = max(len(ids) for _, _, ids in rows)
@@ -126,8 +127,8 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
                 {"input_ids": ids, "attention_mask": attention, "response_mask": scored}, part
             )
             batch = {k: v.to(self._device) for k, v in batch.items()}
-            logp = response_logprobs(module.lm, batch, module.temperature, module._autocast)
-            sums = (logp["logp"] * batch["response_mask"]).sum(1).tolist()
+            logp = module.score(batch)["logp"]
+            sums = (logp * batch["response_mask"]).sum(1).tolist()
             for r, total in zip(part, sums, strict=True):
                 out[rows[r][0]][rows[r][1]] = float(total)
         return out

@@ -121,15 +121,20 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
     # ----- forward passes ---------------------------------------------------------
     # Only the learner runs this module (the env runners sample with their rollout
     # engines), so RLlib's inference and exploration passes are left as RLlib has them.
-    def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+    def score(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The actor's ``logp`` and ``entropy`` of the batch's response tokens  # [B, T]
+        (:func:`~ragen_rllib.rl_module.scoring.response_logprobs`). Under FSDP every
+        learner must call it together (each forward gathers the layers)."""
         if hasattr(self.actor, "score_responses"):  # FSDP: inside the root unit's hooks
             # Shared prompts would run each layer twice per forward, which FSDP's
             # per-layer gradient reduction does not expect: rows are encoded in full.
-            out = self.actor.score_responses(
+            return self.actor.score_responses(
                 batch, self.temperature, self._autocast, share_prompts=False
             )
-        else:
-            out = response_logprobs(self.lm, batch, self.temperature, self._autocast)
+        return response_logprobs(self.lm, batch, self.temperature, self._autocast)
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        out = self.score(batch)
         if self.has_critic:
             out["values"] = self.compute_values(batch)
         return out

@@ -132,6 +132,8 @@ class CollapseWatch:
         )
         first = next(iter(results))  # every learner holds the whole actor's scores
         loglik = first.get() if hasattr(first, "get") else first
+        if isinstance(loglik, BaseException):  # a remote learner's error, handed back
+            raise loglik
         info = pair_information(torch.tensor(loglik), [len(z) for z in reasonings])
         return {
             "mi": info.mutual_information,
