@@ -96,7 +96,8 @@ def export_module(
 ) -> list[str]:
     """Write ``module``'s actor (LoRA merged) as a Hugging Face model directory ``out``
     (created; it must not exist or be empty), and with ``with_critic`` its critic to
-    ``out/critic``. Returns the files written, relative to ``out``."""
+    ``out/critic``. Returns the files written, relative to ``out``. The module is
+    spent: its adapters are merged and its weights cast in place."""
     from transformers import AutoTokenizer
 
     if dtype not in EXPORT_DTYPES:
