@@ -182,9 +182,7 @@ def _independent_gradients(trajs, spaces, **overrides):
     n = mask.sum()
     ratio = torch.exp(out["logp"] - batch["behaviour_logp"])[mask]
     adv = batch["advantages"][mask]
-    surrogate = torch.maximum(
-        -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
-    )
+    surrogate = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high))
     surrogate = torch.where(adv < 0, torch.minimum(surrogate, -adv * cfg.dual_clip), surrogate)
     total = surrogate.sum() / n - cfg.entropy_coeff * out["entropy"][mask].sum() / n
     if "values" in out:

@@ -212,14 +212,12 @@ def test_token_in_token_out_with_the_vllm_engine(runner):
 
 
 LORA_CONFIG = tiny_dict(**{**VLLM, "max_turns": 2, "lora_rank": 4, "lora_alpha": 8.0})
-LORA_SCRIPT = """
-import json, torch
+#: A module with random LoRA adapters (the script's CONFIG), as a script's start.
+ADAPTED_MODULE = """
+import json, os, torch
 from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
-from ragen_rllib.connectors.learner import build_learner_pipeline
-from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 cfg = StarPOConfig.from_user_dict(CONFIG)
-runner = LLMEnvRunner(config=cfg, worker_index=0)
 torch.manual_seed(0)
 module = LLMRLModule(observation_space=None, action_space=None,
                      model_config=cfg.llm_module_config())
@@ -227,6 +225,13 @@ with torch.no_grad():
     for name, p in module.actor.named_parameters():
         if "lora_B" in name:
             p.normal_(std=0.05)
+"""
+LORA_SCRIPT = (
+    ADAPTED_MODULE
+    + """
+from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+runner = LLMEnvRunner(config=cfg, worker_index=0)
 sent = module.actor_weights()
 runner.set_state({"rl_module": sent, "weights_seq_no": 1})
 trajs = runner.sample()
@@ -239,6 +244,7 @@ diff = (out["logp"] - torch.as_tensor(batch["behaviour_logp"]))[mask].abs().max(
 print(json.dumps({"diff": diff, "adapter_only": all("lora_" in k for k in sent),
                   "version": runner.engine.policy_version}))
 """
+)
 
 
 def test_lora_adapters_reach_the_vllm_engine_merged(tmp_path):
@@ -253,22 +259,13 @@ def test_lora_adapters_reach_the_vllm_engine_merged(tmp_path):
     assert out["diff"] <= 1e-3, out
 
 
-EXPORT_SCRIPT = """
-import json, os, torch
+EXPORT_SCRIPT = (
+    ADAPTED_MODULE
+    + """
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from ragen_rllib.algorithms.starpo.export import export_module
-from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.engines.vllm_engine import VLLMEngine
-from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
-cfg = StarPOConfig.from_user_dict(CONFIG)
-torch.manual_seed(0)
-module = LLMRLModule(observation_space=None, action_space=None,
-                     model_config=cfg.llm_module_config())
-with torch.no_grad():
-    for name, p in module.actor.named_parameters():
-        if "lora_B" in name:
-            p.normal_(std=0.05)
 out = os.path.abspath("exported")
 export_module(module, out)
 tok = AutoTokenizer.from_pretrained(out)
@@ -285,6 +282,7 @@ for prompt, gen in zip(prompts, gens):
     diff = max(diff, float((ref - torch.tensor(gen.behaviour_logp)).abs().max()))
 print(json.dumps({"diff": diff, "tokens": sum(len(g.ids) for g in gens)}))
 """
+)
 
 
 def test_an_exported_model_loads_in_vllm(tmp_path):

@@ -86,7 +86,6 @@ class CollapseWatch:
 
     def __init__(self, config: Any):
         self.config = config
-        self.guard = config.collapse_guard
         self._think_end: int | None = None  # the </think> token id, read when first needed
         self.warning = EarlyWarning(
             alpha=config.collapse_ema,
@@ -102,7 +101,7 @@ class CollapseWatch:
     ) -> tuple[dict[str, float], str | None]:
         """One iteration's signals -> (the metrics to log, the reason if it fired now)."""
         reason = self.warning.update(in_group_std, step_kl, grad_norm, entropy)
-        if reason is not None and self.guard == "stop":
+        if reason is not None and self.config.collapse_guard == "stop":
             self.stop_requested = True
         metrics = {f"{k}_ema": v for k, v in self.warning.ema.items()}
         metrics["warning"] = self.warning.fired_at or 0

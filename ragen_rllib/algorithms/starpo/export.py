@@ -28,12 +28,12 @@ from typing import Any
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
+from ragen_rllib.algorithms.starpo.config_rules import DTYPES
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 #: Where RLlib keeps an algorithm checkpoint's RL module, and its learner group.
 _MODULE_DIR = Path("learner_group", "learner", "rl_module", DEFAULT_MODULE_ID)
 _GROUP_STATE = Path("learner_group", "state.pkl")
-EXPORT_DTYPES = ("float32", "bfloat16")
 
 
 def _load(path: Path) -> Any:
@@ -47,17 +47,18 @@ def _module_config(root: Path) -> dict[str, Any]:
     The base model is the one recorded at training time; when that folder is gone
     (another machine, a reinstalled package), the config's ``llm`` is resolved
     again here."""
+    ctor = root / _MODULE_DIR / "class_and_ctor_args.pkl"
+    if ctor.is_file():
+        module_config = dict(_load(ctor)["ctor_args_and_kwargs"][1]["model_config"])
+        if os.path.isdir(module_config["model_path"]):
+            return module_config
     from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 
     args = _load(root / "class_and_ctor_args.pkl")["ctor_args_and_kwargs"][0]
-    config = StarPOConfig().update_from_dict(args[0])
-    ctor = root / _MODULE_DIR / "class_and_ctor_args.pkl"
+    resolved = StarPOConfig().update_from_dict(args[0]).llm_module_config()
     if not ctor.is_file():
-        return config.llm_module_config()
-    module_config = dict(_load(ctor)["ctor_args_and_kwargs"][1]["model_config"])
-    if not os.path.isdir(module_config["model_path"]):
-        module_config["model_path"] = config.llm_module_config()["model_path"]
-    return module_config
+        return resolved
+    return {**module_config, "model_path": resolved["model_path"]}
 
 
 def _module_state(root: Path) -> dict[str, Any]:
@@ -100,8 +101,8 @@ def export_module(
     spent: its adapters are merged and its weights cast in place."""
     from transformers import AutoTokenizer
 
-    if dtype not in EXPORT_DTYPES:
-        raise ValueError(f"dtype must be one of {list(EXPORT_DTYPES)}, got {dtype!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{str(out)!r} exists and is not empty; choose a new folder")
