@@ -85,7 +85,12 @@ class FrozenLakeEnv(TextEnv):
     Args:
         size: side of the square lake (paper: 4).
         p_frozen: probability that a tile is frozen rather than a hole (paper: 0.8).
-        is_slippery: whether moves slip to a perpendicular direction (paper: True).
+        is_slippery: whether moves slip to a perpendicular direction (paper: True):
+            the move goes the intended way, or to either perpendicular side, one time
+            in three each.
+        slip_rate: the probability that a move slips to one of the two perpendicular
+            directions (each equally likely), in [0, 1); set, it replaces
+            ``is_slippery`` (``is_slippery=True`` is a slip rate of 2/3).
         action_budget: actions per trajectory (paper: 10).
         **kwargs: passed to :class:`TextEnv` (max_actions_per_turn, format_penalty,
             instructions, coordinates: a line with the positions of you, the goal and
@@ -104,6 +109,7 @@ class FrozenLakeEnv(TextEnv):
         p_frozen: float = 0.8,
         is_slippery: bool = True,
         action_budget: int = 10,
+        slip_rate: float | None = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(size, int) or size < 2:
@@ -112,7 +118,15 @@ class FrozenLakeEnv(TextEnv):
             raise ValueError(f"p_frozen must be in (0, 1], got {p_frozen!r}")
         self.size = size
         self.p_frozen = float(p_frozen)
-        self.is_slippery = bool(is_slippery)
+        if slip_rate is not None and not (
+            isinstance(slip_rate, int | float) and 0.0 <= float(slip_rate) < 1.0
+        ):
+            raise ValueError(f"slip_rate must be null or a number in [0, 1), got {slip_rate!r}")
+        # With slip_rate unset the draw is the classic one (one of three directions),
+        # so runs made before the option existed replay exactly.
+        self._three_way_slip = slip_rate is None and bool(is_slippery)
+        self.slip_rate = (2 / 3 if is_slippery else 0.0) if slip_rate is None else float(slip_rate)
+        self.is_slippery = self.slip_rate > 0
         self.obs_max_length = size * (size + 1)
         super().__init__(action_budget=action_budget, **kwargs)
         self.holes = np.zeros((size, size), dtype=bool)
@@ -134,10 +148,12 @@ class FrozenLakeEnv(TextEnv):
 
     def _execute(self, action: str) -> tuple[float, bool, bool]:
         direction = action
-        if self.is_slippery:
+        if self._three_way_slip:
             # One draw picks intended / first / second perpendicular with 1/3 each.
             pick = int(self.np_random.integers(3))
             direction = (action, *PERPENDICULAR[action])[pick]
+        elif self.slip_rate > 0 and self.np_random.random() < self.slip_rate:
+            direction = PERPENDICULAR[action][int(self.np_random.integers(2))]
         self._moves_this_turn.append((action, direction))
         dr, dc = MOVES[direction]
         r, c = self.player[0] + dr, self.player[1] + dc
@@ -183,12 +199,18 @@ class FrozenLakeEnv(TextEnv):
         )
 
     def _full_instructions(self) -> str:
-        slip = (
-            " The ice is slippery: a move goes in the intended direction only one time in "
-            "three, otherwise to one of the two perpendicular directions."
-            if self.is_slippery
-            else ""
-        )
+        if self._three_way_slip:
+            slip = (
+                " The ice is slippery: a move goes in the intended direction only one time "
+                "in three, otherwise to one of the two perpendicular directions."
+            )
+        elif self.is_slippery:
+            slip = (
+                f" The ice is slippery: a move goes to one of the two perpendicular "
+                f"directions with probability {self.slip_rate:.2f}."
+            )
+        else:
+            slip = ""
         return (
             "You are walking on a frozen lake. Reach the goal without falling into a hole."
             f"{slip}\n"

@@ -77,7 +77,40 @@ def test_evaluate_command_prints_success(trained):
         cwd=tmp, env=private_env(tmp), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "success on 8 fixed initial states:" in proc.stdout
+    assert "ragen/Bandit-v0: success " in proc.stdout
+    assert "(8 fixed initial states x 1 answer(s))" in proc.stdout
+
+
+def test_evaluate_command_runs_a_suite_with_pass_at_k(trained):
+    tmp, trial, _ = trained
+    out = tmp / "bandit_suite.json"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "ragen_rllib.cli", "evaluate",
+            str(trial / "checkpoint_000000"), "--num-states", "4", "--suite", "bandit",
+            "--samples-per-state", "4", "--pass-k", "1", "2", "4", "--output", str(out),
+        ],
+        cwd=tmp, env=private_env(tmp), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert set(results) == {"bandit"}
+    assert set(results["bandit"]) == {"train", "held_out", "rev"}
+    for metrics in results["bandit"].values():
+        assert metrics["num_trajectories"] == 16
+        assert metrics["pass@1"] == pytest.approx(metrics["success_rate"])
+        assert metrics["pass@1"] <= metrics["pass@2"] <= metrics["pass@4"]
+    assert "bandit/rev: success" in proc.stdout
+    # k above the samples per state is refused with the key named.
+    bad = subprocess.run(
+        [
+            sys.executable, "-m", "ragen_rllib.cli", "evaluate",
+            str(trial / "checkpoint_000000"), "--num-states", "2", "--pass-k", "8",
+        ],
+        cwd=tmp, env=private_env(tmp), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert bad.returncode == 2, bad.stderr[-3000:]
+    assert "eval_pass_k" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_grid_search_sweep_runs_one_trial_per_point(tmp_path):

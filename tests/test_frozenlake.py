@@ -35,13 +35,13 @@ def test_hole_fraction_matches_p_frozen():
     assert 0.15 < float(np.mean(holes)) < 0.2
 
 
-def test_slip_frequencies_are_one_third_each():
-    env = FrozenLakeEnv(size=4, p_frozen=1.0, action_budget=10**9)
+def _slip_counts(env: FrozenLakeEnv, moves: int) -> tuple[dict[str, int], int]:
+    """How often ``moves`` random moves went the intended way or to either side."""
     env.reset(seed=123)
     counts = {"intended": 0, "first": 0, "second": 0}
     n = 0
     rng = np.random.default_rng(7)
-    while n < 30_000:
+    while n < moves:
         intended = ["Up", "Down", "Left", "Right"][int(rng.integers(4))]
         _, _, term, trunc, info = env.step(answer(intended))
         for want, got in info["moves"]:
@@ -54,8 +54,31 @@ def test_slip_frequencies_are_one_third_each():
             n += 1
         if term or trunc:
             env.reset(seed=n)
+    return counts, n
+
+
+def test_slip_frequencies_are_one_third_each():
+    counts, n = _slip_counts(FrozenLakeEnv(size=4, p_frozen=1.0, action_budget=10**9), 30_000)
     for key, c in counts.items():
         assert abs(c / n - 1 / 3) < 0.01, (key, c / n)
+
+
+@pytest.mark.parametrize("rate", [0.0, 1 / 3, 2 / 3])
+def test_slip_rate_sets_the_share_of_perpendicular_moves(rate):
+    env = FrozenLakeEnv(size=4, p_frozen=1.0, action_budget=10**9, slip_rate=rate)
+    counts, n = _slip_counts(env, 20_000)
+    assert abs(counts["intended"] / n - (1 - rate)) < 0.012, counts
+    # Both perpendicular sides equally often.
+    assert abs(counts["first"] / n - rate / 2) < 0.012, counts
+    assert abs(counts["second"] / n - rate / 2) < 0.012, counts
+    assert env.is_slippery == (rate > 0)
+    assert ("slippery" in env.instructions()) == (rate > 0)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, "high"])
+def test_slip_rate_outside_zero_one_is_refused(bad):
+    with pytest.raises(ValueError, match="slip_rate"):
+        FrozenLakeEnv(slip_rate=bad)
 
 
 def test_non_slippery_moves_go_where_asked():

@@ -51,6 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--temperature", type=float, default=None)
     p_eval.add_argument("--max-turns", type=int, default=None)
     p_eval.add_argument("--seed", type=int, default=None, help="first evaluation seed")
+    p_eval.add_argument(
+        "--suite",
+        action="append",
+        help="an evaluation suite (the run's eval_suites, or built-in: bandit, sokoban, "
+        "frozenlake) instead of the training env; may be given several times",
+    )
+    p_eval.add_argument("--samples-per-state", type=int, default=None)
+    p_eval.add_argument("--pass-k", type=int, nargs="+", default=None)
+    p_eval.add_argument("--output", help="also write the JSON to this file")
     p_eval.add_argument("--num-cpus", type=int, default=None)
     p_export = sub.add_parser(
         "export", help="write a checkpoint's actor as a Hugging Face model directory"

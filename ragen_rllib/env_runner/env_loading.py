@@ -101,6 +101,13 @@ def make_env(config: Any) -> gym.Env:
     return gym.make(config.env, **config.env_config)
 
 
+def make_eval_env(env: Any) -> gym.Env:
+    """An evaluation suite's env (an :class:`~ragen_rllib.env_runner.eval_suites.EvalEnv`)."""
+    if ":" in env.env:
+        importlib.import_module(env.env.split(":", 1)[0])
+    return gym.make(env.env, **env.env_config)
+
+
 # ----- the optional parts of the text protocol -------------------------------------
 def actions_left_of(info: dict[str, Any]) -> int | None:
     value = info.get("actions_left")

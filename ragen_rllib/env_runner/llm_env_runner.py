@@ -34,9 +34,11 @@ from ragen_rllib.env_runner.env_loading import (
     actions_left_of,
     import_env_modules,
     make_env,
+    make_eval_env,
     success_of,
 )
-from ragen_rllib.env_runner.metrics import rollout_metrics
+from ragen_rllib.env_runner.eval_suites import EvalEnv
+from ragen_rllib.env_runner.metrics import evaluation_metrics
 from ragen_rllib.env_runner.prompts import (
     ChatFormat,
     render_turn,
@@ -130,7 +132,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         settings = LoraSettings.from_dict(config.lora_settings())
         if settings is not None:
             self._lora = AdapterMerger.from_pretrained(self._model_path, settings)
-        self._envs: list[gym.Env] = []
+        # One pool per env and options: the training env's under "", a suite's by key.
+        self._envs: dict[str, list[gym.Env]] = {}
         self._num_sample_calls = 0
         self.num_groups_sampled = 0  # lifetime, this runner (restarts from 0 with it)
         # This runner's own seed stream (sample() on its own); the algorithm hands
@@ -179,15 +182,24 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return training_group_seeds(self._base_seed, call, self.config.env_groups)
 
     def evaluate(
-        self, num_states: int, first_seed: int, temperature: float
+        self,
+        num_states: int,
+        first_seed: int,
+        temperature: float,
+        env: EvalEnv | None = None,
+        samples_per_state: int = 1,
+        pass_k: tuple[int, ...] = (1,),
     ) -> tuple[dict[str, float], list[Trajectory]]:
-        """One trajectory on each of ``num_states`` fixed initial states."""
-        seeds = [first_seed + i for i in range(num_states)]
+        """``samples_per_state`` trajectories on each of ``num_states`` fixed initial
+        states of the training env, or of a suite's ``env``; the states are the
+        groups, so pass@k (each k in ``pass_k``) comes from each state's samples."""
+        seeds = [first_seed + i for i in range(num_states) for _ in range(samples_per_state)]
+        states = [i for i in range(num_states) for _ in range(samples_per_state)]
         params = SamplingParams(temperature, self.config.top_p, self.config.max_new_tokens)
         trajs = self.run_episodes(
-            seeds, list(range(num_states)), params, sample_seed=first_seed, log_metrics=False
+            seeds, states, params, sample_seed=first_seed, log_metrics=False, env=env
         )
-        return rollout_metrics(trajs), trajs
+        return evaluation_metrics(trajs, tuple(pass_k)), trajs
 
     def get_metrics(self) -> dict[str, Any]:
         return self.metrics.reduce()
@@ -227,14 +239,16 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return (), {"config": self.config, "worker_index": self.worker_index}
 
     def stop(self) -> None:
-        for env in self._envs:
-            env.close()
+        for pool in self._envs.values():
+            for env in pool:
+                env.close()
 
     # ----- rollout ------------------------------------------------------------------
-    def _env_pool(self, n: int) -> list[gym.Env]:
-        while len(self._envs) < n:
-            self._envs.append(make_env(self.config))
-        return self._envs[:n]
+    def _env_pool(self, n: int, env: EvalEnv | None = None) -> list[gym.Env]:
+        pool = self._envs.setdefault("" if env is None else env.key, [])
+        while len(pool) < n:
+            pool.append(make_env(self.config) if env is None else make_eval_env(env))
+        return pool[:n]
 
     def run_episodes(
         self,
@@ -243,6 +257,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         params: SamplingParams,
         sample_seed: int,
         log_metrics: bool = True,
+        env: EvalEnv | None = None,
     ) -> list[Trajectory]:
         """Play one trajectory per seed, all turns batched through the engine.
 
@@ -256,11 +271,14 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         error text; the batch goes on. The algorithm drops the failed
         trajectories' groups before the update (see
         :class:`~ragen_rllib.connectors.sample_batch.DropEnvErrorGroups`).
+
+        ``env`` plays an evaluation suite's env instead of the training env.
         """
         cfg = self.config
         style, window = cfg.prompt_style, cfg.context_window
+        env_id = cfg.env if env is None else env.env
         start = time.perf_counter()
-        envs = self._env_pool(len(seeds))
+        envs = self._env_pool(len(seeds), env)
         trajs: list[Trajectory] = []
         # Per trajectory: the ids the engine gets at the next turn, and (for a context
         # window) the user text of every turn and each answer's (ids, ended with eos).
@@ -269,7 +287,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         answers: dict[int, list[tuple[list[int], bool]]] = {}
         for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
             traj = Trajectory(
-                env_id=cfg.env, seed=seed, group=group, policy_version=self.engine.policy_version
+                env_id=env_id, seed=seed, group=group, policy_version=self.engine.policy_version
             )
             trajs.append(traj)
             try:
@@ -283,7 +301,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             prompts[i] = self.chat.prompt_ids(with_instructions(env.unwrapped, texts[i][0], style))
             if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(
-                    f"the first prompt of {cfg.env} is {len(prompts[i])} tokens; with "
+                    f"the first prompt of {env_id} is {len(prompts[i])} tokens; with "
                     f"max_new_tokens={params.max_new_tokens} it exceeds "
                     f"max_context_tokens={cfg.max_context_tokens}. Raise max_context_tokens."
                 )

@@ -15,6 +15,7 @@ import numpy as np
 
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths.filters import in_group_std
+from ragen_rllib.maths.pass_at_k import mean_pass_at_k
 
 ENV_INFO_KEYS = ("action_is_valid", "action_is_effective", "format_ok", "num_actions")
 
@@ -49,4 +50,21 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         if values:
             out[f"env/{key}"] = float(np.mean(values))
     out.update(ends)
+    return out
+
+
+def evaluation_metrics(trajs: list[Trajectory], pass_k: tuple[int, ...]) -> dict[str, float]:
+    """:func:`rollout_metrics` of an evaluation, whose groups are its states (each
+    played ``n`` times), plus ``pass@k`` for each k in ``pass_k`` (k <= n; a
+    trajectory ended by an env error counts as a failure there) and
+    ``format_valid_rate``, the share of turns whose answer had the required format
+    (for envs that report ``format_ok``)."""
+    out = rollout_metrics(trajs)
+    by_state: dict[int, list[bool]] = {}
+    for t in trajs:
+        by_state.setdefault(t.group, []).append(bool(t.success) and t.end_reason != "env_error")
+    for k in pass_k:
+        out[f"pass@{k}"] = mean_pass_at_k(list(by_state.values()), k)
+    if "env/format_ok" in out:
+        out["format_valid_rate"] = out["env/format_ok"]
     return out

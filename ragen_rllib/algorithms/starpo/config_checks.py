@@ -29,7 +29,8 @@ from ragen_rllib.algorithms.starpo.config_rules import (
     rllib_settings,
 )
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
-from ragen_rllib.env_runner.env_loading import check_env, make_env
+from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
+from ragen_rllib.env_runner.eval_suites import resolve_suites
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
 from ragen_rllib.models.hub import load_hub_config
@@ -246,6 +247,15 @@ def check_values(config) -> None:
         raise bad("eval_seed", "eval_seed + eval_num_states must lie in [0, 2**20)")
     if config.env_config:
         _check_env_config(config)
+    too_big = [k for k in config.eval_pass_k if k > config.eval_samples_per_state]
+    if too_big:
+        raise bad(
+            "eval_pass_k",
+            f"k={too_big} exceed eval_samples_per_state={config.eval_samples_per_state}: "
+            "pass@k needs at least k answers per state",
+        )
+    if config.eval_suites is not None:
+        _check_eval_suites(config)
 
 
 def _check_vllm(config, bad: Callable[..., ValueError]) -> None:
@@ -282,6 +292,26 @@ def check_model(config) -> None:
         # within a deadline), so that an unreachable hub or a wrong id fails here,
         # in seconds, and not inside a Ray actor.
         load_hub_config(model_path)
+
+
+def _check_eval_suites(config) -> None:
+    """Every suite env is made with its merged options and reset once, as the
+    training env is; a malformed suite or a bad option names `eval_suites`."""
+    suites = resolve_suites(config)  # ValueError naming eval_suites on a bad shape or id
+    for suite, envs in suites.items():
+        for entry in envs:
+            try:
+                env = make_eval_env(entry)
+                try:
+                    env.reset(seed=0)
+                finally:
+                    env.close()
+            except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
+                raise ValueError(
+                    f"config eval_suites[{suite!r}]: env {entry.name!r} ({entry.env} with "
+                    f"{entry.env_config!r}) cannot be made and reset: "
+                    f"{type(err).__name__}: {err}"
+                ) from err
 
 
 def _check_env_config(config) -> None:

@@ -131,6 +131,17 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "must be null (the whole history) or an integer >= 0 and < 2**31 (turns of history kept)",
     ),
     "eval_interval": _int_at_least(0),
+    "eval_samples_per_state": (
+        lambda v: is_int(v) and 1 <= v <= 1024,
+        "must be an integer in [1, 1024]",
+    ),
+    "eval_pass_k": (
+        lambda v: (
+            isinstance(v, list | tuple) and bool(v) and all(is_int(k) and k >= 1 for k in v)
+        ),
+        "must be a non-empty list of integers >= 1, e.g. [1, 4, 8]",
+    ),
+    "rollout_dump_interval": _int_at_least(0),
     "num_env_runners": _int_at_least(0),
     "num_learners": _int_at_least(0),
     "seed": (

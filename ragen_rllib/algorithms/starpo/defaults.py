@@ -181,4 +181,15 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "eval_seed": 0,  # first seed of the evaluation states (training seeds are drawn >= 2**20)
     "eval_temperature": 0.5,  # sampling temperature at evaluation (paper 0.5)
     "eval_interval": 0,  # evaluate every n iterations (0: only through `rllib evaluate`)
+    # Suites of other envs evaluated with the training env (ragen_rllib.env_runner.
+    # eval_suites): built-in names (bandit, sokoban, frozenlake) or name -> env entries;
+    # results under evaluation/<suite>/<env>/.
+    "eval_suites": None,
+    "eval_samples_per_state": 1,  # answers per evaluation state (pass@k needs k of them)
+    "eval_pass_k": (1,),  # the k of the pass@k reported (each <= eval_samples_per_state)
+    # --- rollout dumps -------------------------------------------------------------
+    # Every this many iterations (0: never) the training batch is appended, one row
+    # per turn, to Parquet files under the trial's rollouts/ folder
+    # (ragen_rllib.algorithms.starpo.rollout_dump has the schema).
+    "rollout_dump_interval": 0,
 }

@@ -62,6 +62,7 @@ from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
 from ragen_rllib.distributed.learner_group import build_learner_group
 from ragen_rllib.env_runner.env_loading import import_env_modules
+from ragen_rllib.env_runner.eval_suites import EvalEnv, resolve_suites
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.env_runner.metrics import rollout_metrics
 from ragen_rllib.env_runner.trajectory import Trajectory
@@ -324,7 +325,9 @@ class StarPO(SamplingMixin, Algorithm):
 
         every = cfg.eval_interval
         if every and (self.training_iteration + 1) % every == 0:
-            self.metrics.log_dict(self.evaluate_success(), key="evaluation", window=1)
+            with self.metrics.log_time((TIMERS, "evaluation")):
+                results = {**self.evaluate_success(), **self.evaluate_suites()}
+            self.metrics.log_dict(results, key="evaluation", window=1)
 
     def _watch_for_collapse(self) -> None:
         """Feed this update's signals to the early warning; log it, and act on it as
@@ -458,13 +461,18 @@ class StarPO(SamplingMixin, Algorithm):
         num_states: int | None = None,
         temperature: float | None = None,
         first_seed: int | None = None,
+        env: EvalEnv | None = None,
     ) -> dict[str, float]:
-        """Success and rewards on fixed initial states (the paper's protocol by default)."""
+        """Success, pass@k and rewards on fixed initial states of the training env, or
+        of a suite's ``env`` (the paper's protocol by default)."""
         cfg = self.config
         args = (
             num_states or cfg.eval_num_states,
             cfg.eval_seed if first_seed is None else first_seed,
             cfg.eval_temperature if temperature is None else temperature,
+            env,
+            cfg.eval_samples_per_state,
+            tuple(cfg.eval_pass_k),
         )
         if self.env_runner is not None:
             metrics, _ = self.env_runner.evaluate(*args)
@@ -477,6 +485,17 @@ class StarPO(SamplingMixin, Algorithm):
         if not results:
             raise RunnerFailure("the env runner chosen for evaluation failed; see its log")
         return results[0]
+
+    def evaluate_suites(
+        self, suites: dict[str, list[EvalEnv]] | None = None, **kwargs
+    ) -> dict[str, dict[str, dict[str, float]]]:
+        """:meth:`evaluate_success` on every env of every suite (the configured
+        ``eval_suites`` by default): suite -> env name -> metrics."""
+        suites = resolve_suites(self.config) if suites is None else suites
+        return {
+            suite: {entry.name: self.evaluate_success(env=entry, **kwargs) for entry in envs}
+            for suite, envs in suites.items()
+        }
 
     # ----- checkpoints --------------------------------------------------------------
     def get_state(self, *args, **kwargs) -> dict[str, Any]:
