@@ -136,9 +136,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "must be an integer in [1, 1024]",
     ),
     "eval_pass_k": (
-        lambda v: (
-            isinstance(v, list | tuple) and bool(v) and all(is_int(k) and k >= 1 for k in v)
-        ),
+        lambda v: isinstance(v, list | tuple) and bool(v) and all(is_int(k) and k >= 1 for k in v),
         "must be a non-empty list of integers >= 1, e.g. [1, 4, 8]",
     ),
     "rollout_dump_interval": _int_at_least(0),
