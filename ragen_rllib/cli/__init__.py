@@ -1,5 +1,5 @@
-"""The ``rllib`` command: ``rllib train file <yaml>``, ``rllib evaluate <checkpoint>`` and
-``rllib export <checkpoint> <dir>``.
+"""The ``rllib`` command: ``rllib train file <yaml>``, ``rllib evaluate <checkpoint>``,
+``rllib export <checkpoint> <dir>``, ``rllib rollouts <run dir>`` and ``rllib report <run dir>``.
 
 Ray 2.60 ships no ``rllib`` console script, so the project provides one for the
 classic experiment YAML format (:mod:`ragen_rllib.cli.experiments`); training
@@ -17,6 +17,7 @@ import sys
 from ragen_rllib.cli.evaluate import evaluate
 from ragen_rllib.cli.experiments import UsageError
 from ragen_rllib.cli.export import export
+from ragen_rllib.cli.rollouts import rollouts
 from ragen_rllib.cli.train import train
 
 
@@ -32,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     p_file.add_argument("--storage-path", help="where Tune writes results (default ~/ray_results)")
     p_file.add_argument("--num-cpus", type=int, default=None)
     p_file.add_argument("--dashboard", action="store_true", help="start the Ray dashboard")
+    p_file.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        help="also log every trial to Weights & Biases (Tune's WandbLoggerCallback; "
+        "WANDB_MODE=offline writes to disk)",
+    )
     p_file.add_argument(
         "--resume",
         action="store_true",
@@ -70,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         "--with-critic", action="store_true", help="also write the critic to <dir>/critic"
     )
     p_export.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p_rollouts = sub.add_parser(
+        "rollouts", help="convert a run's Parquet rollout dumps (rollout_dump_interval)"
+    )
+    p_rollouts.add_argument("run_dir", help="a trial folder or an experiment folder")
+    p_rollouts.add_argument("--to", choices=("jsonl",), default="jsonl")
+    p_rollouts.add_argument("--output", help="default: <run_dir>/rollouts.jsonl")
     args = parser.parse_args(argv)
     # Our own progress (e.g. the built-in model's first build) on stderr.
     log = logging.getLogger("ragen_rllib")
@@ -79,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
     try:
-        commands = {"train": train, "evaluate": evaluate, "export": export}
+        commands = {"train": train, "evaluate": evaluate, "export": export, "rollouts": rollouts}
         return commands[args.command](args)
     except UsageError as err:
         print(f"rllib: error: {err}", file=sys.stderr)

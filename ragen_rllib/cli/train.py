@@ -135,6 +135,22 @@ def check_resumable(path: str, name: str) -> None:
                 ) from err
 
 
+def wandb_callbacks(project: str | None, group: str) -> list:
+    """Tune's own W&B logger for ``--wandb PROJECT``: every trial a W&B run in the
+    experiment's group (``WANDB_MODE=offline`` logs to disk without an account)."""
+    if not project:
+        return []
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise UsageError(
+            "--wandb needs the wandb package: pip install -c constraints.txt 'ragen-rllib[wandb]'"
+        )
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    return [WandbLoggerCallback(project=project, group=group, log_config=True)]
+
+
 def train(args: argparse.Namespace) -> int:
     experiments = load_experiments(args.file)
     stop_override = check_stop(json_arg(args.stop, "--stop"), "--stop")
@@ -152,9 +168,13 @@ def train(args: argparse.Namespace) -> int:
         )
         for name, exp in experiments.items()
     }
+    if args.resume and args.wandb:
+        # Tune's restore keeps the run's own callbacks and takes no new ones.
+        raise UsageError("--wandb cannot be added on --resume: start the run with it")
     if args.resume:
         for name in experiments:
             check_resumable(os.path.join(storages[name], name), name)
+    extra_callbacks = {name: wandb_callbacks(args.wandb, name) for name in experiments}
     if args.dry_run:
         for name, (_, grid) in configs.items():
             points = len(list(itertools.product(*grid.values())))
@@ -217,7 +237,7 @@ def train(args: argparse.Namespace) -> int:
                         checkpoint_at_end=bool(ckpt.get("checkpoint_at_end", True)),
                         num_to_keep=ckpt.get("num_to_keep"),
                     ),
-                    callbacks=[_print_progress()],
+                    callbacks=[_print_progress(), *extra_callbacks[name]],
                     # Our header and one line per iteration, instead of Tune's tables
                     # (the full config is in each trial's params.json).
                     verbose=0,

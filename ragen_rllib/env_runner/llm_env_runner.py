@@ -298,7 +298,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 continue
             texts[i], answers[i] = [render_turn(1, obs, actions_left_of(info), None, style)], []
             traj.turn_observations.append(obs)
-            prompts[i] = self.chat.prompt_ids(with_instructions(env.unwrapped, texts[i][0], style))
+            traj.turn_prompts.append(with_instructions(env.unwrapped, texts[i][0], style))
+            prompts[i] = self.chat.prompt_ids(traj.turn_prompts[0])
             if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(
                     f"the first prompt of {env_id} is {len(prompts[i])} tokens; with "
@@ -356,6 +357,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                     self._finish(traj, gen.ended_with_eos, "context_overflow")
                     continue
                 traj.turn_observations.append(obs)
+                traj.turn_prompts.append(user)
                 if window is None:
                     traj.append_context(nxt)
                 else:

@@ -60,7 +60,8 @@ class Trajectory:
 
     ``turn_spans[i] = (segment, start, end)``: where turn i's generated tokens
     lie; ``turn_rewards[i]`` is its reward (env reward plus format penalty) and
-    ``turn_observations[i]`` the observation the turn answered.
+    ``turn_observations[i]`` the observation the turn answered, ``turn_prompts[i]``
+    the user message it was shown (the instructions included at the first turn).
     """
 
     env_id: str
@@ -70,6 +71,7 @@ class Trajectory:
     turn_spans: list[tuple[int, int, int]] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
     turn_observations: list[str] = field(default_factory=list)
+    turn_prompts: list[str] = field(default_factory=list)
     turn_infos: list[dict[str, Any]] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     done: bool = False

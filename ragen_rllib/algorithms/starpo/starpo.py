@@ -57,6 +57,7 @@ from ragen_rllib.algorithms.starpo.buffer import FreshnessBuffer
 from ragen_rllib.algorithms.starpo.checkpoint import verify_checkpoint, write_manifest
 from ragen_rllib.algorithms.starpo.collapse import CollapseWatch, diversity_metrics
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
+from ragen_rllib.algorithms.starpo.rollout_dump import RolloutDumper
 from ragen_rllib.algorithms.starpo.sampling import RunnerFailure, SampleRequest, SamplingMixin
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
@@ -65,6 +66,7 @@ from ragen_rllib.env_runner.env_loading import import_env_modules
 from ragen_rllib.env_runner.eval_suites import EvalEnv, resolve_suites
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.env_runner.metrics import rollout_metrics
+from ragen_rllib.env_runner.prompts import system_prompt_for
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 from ragen_rllib.maths.batching import num_minibatches, shard_trajectories
@@ -273,6 +275,35 @@ class StarPO(SamplingMixin, Algorithm):
         self._request: SampleRequest | None = None
         self._last_step_end: float | None = None
         self._collapse = CollapseWatch(self.config)
+        self._dumper = None
+        if self.config.rollout_dump_interval:
+            self._dumper = RolloutDumper(
+                os.path.join(self.trial_dir, "rollouts"),
+                run=self.trial_name,
+                system=system_prompt_for(self.config.prompt_style),
+                seed=mix_seed(self.config.seed, 2),
+            )
+
+    @property
+    def trial_dir(self) -> str:
+        """The trial's folder in Tune's storage path (beside result.json and the
+        checkpoints) when that is a local folder; else the trial's working folder."""
+        storage = getattr(self, "_storage", None)
+        if storage is not None and getattr(storage.storage_filesystem, "type_name", "") == "local":
+            return storage.trial_fs_path
+        return self.logdir
+
+    def _maybe_dump(self, sampled: list[Trajectory], kept: list[Trajectory]) -> None:
+        iteration = self.training_iteration + 1
+        if self._dumper is None or iteration % self.config.rollout_dump_interval:
+            return
+        with self.metrics.log_time((TIMERS, "rollout_dump")):
+            self._dumper.dump(sampled, kept, iteration, self._policy_version)
+
+    def cleanup(self) -> None:
+        if self._dumper is not None:
+            self._dumper.close()
+        super().cleanup()
 
     # ----- the iteration ----------------------------------------------------------
     def training_step(self) -> None:
@@ -294,7 +325,9 @@ class StarPO(SamplingMixin, Algorithm):
                 info = self._collapse.information(self.learner_group, trajs, iteration)
                 self.metrics.log_dict(info, key="collapse", window=1)
             self._count(trajs)
+            sampled = list(trajs)  # the stage filters in place
             self._sample_stage(rl_module=None, batch={}, episodes=trajs, metrics=self.metrics)
+            self._maybe_dump(sampled, trajs)
             self._buffer.add(trajs)
         batch = self._buffer.sample(policy_version=self._policy_version)
         if (
@@ -350,7 +383,7 @@ class StarPO(SamplingMixin, Algorithm):
         iteration = self.training_iteration + 1
         logger.warning("iteration %d: collapse warning: %s", iteration, reason)
         if self.config.collapse_guard == "checkpoint":
-            path = os.path.join(self.logdir, f"checkpoint_collapse_warning_{iteration:06d}")
+            path = os.path.join(self.trial_dir, f"checkpoint_collapse_warning_{iteration:06d}")
             self.save_to_path(path)
             logger.warning("collapse guard: checkpoint saved to %s", path)
 
