@@ -17,6 +17,7 @@ import sys
 from ragen_rllib.cli.evaluate import evaluate
 from ragen_rllib.cli.experiments import UsageError
 from ragen_rllib.cli.export import export
+from ragen_rllib.cli.report import report
 from ragen_rllib.cli.rollouts import rollouts
 from ragen_rllib.cli.train import train
 
@@ -83,6 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     p_rollouts.add_argument("run_dir", help="a trial folder or an experiment folder")
     p_rollouts.add_argument("--to", choices=("jsonl",), default="jsonl")
     p_rollouts.add_argument("--output", help="default: <run_dir>/rollouts.jsonl")
+    p_report = sub.add_parser(
+        "report", help="PNG curves and a self-contained report.html of a run or a sweep"
+    )
+    p_report.add_argument("run_dir", help="a trial folder or an experiment folder")
+    p_report.add_argument("--output", help="default: <run_dir>/report")
+    p_report.add_argument(
+        "--max-trajectories",
+        type=int,
+        default=5000,
+        help="trajectories per trial in the browser, spread over the dumps (default 5000)",
+    )
     args = parser.parse_args(argv)
     # Our own progress (e.g. the built-in model's first build) on stderr.
     log = logging.getLogger("ragen_rllib")
@@ -92,7 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
     try:
-        commands = {"train": train, "evaluate": evaluate, "export": export, "rollouts": rollouts}
+        commands = {
+            "train": train,
+            "evaluate": evaluate,
+            "export": export,
+            "rollouts": rollouts,
+            "report": report,
+        }
         return commands[args.command](args)
     except UsageError as err:
         print(f"rllib: error: {err}", file=sys.stderr)

@@ -41,7 +41,7 @@ SCHEMA_KEY = b"ragen_rllib.schema_version"
 TENSORBOARD_SAMPLES = 3
 
 _COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
-    ("run", pa.string(), "the Tune trial name (\"default\" outside Tune)"),
+    ("run", pa.string(), 'the Tune trial name ("default" outside Tune)'),
     ("iteration", pa.int64(), "training iteration that sampled the batch (from 1)"),
     ("policy_version", pa.int64(), "learner updates behind the weights that sampled it"),
     ("policy_lag", pa.int64(), "the learner's policy version at sampling time minus that"),

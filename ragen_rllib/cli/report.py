@@ -1,0 +1,220 @@
+"""``rllib report <run dir>``: training curves as PNG and a self-contained report.html.
+
+``<run dir>`` is a trial folder (with ``result.json``) or an experiment folder
+(a sweep: one line per trial in every panel, labelled by the settings the
+trials differ in). The report goes to ``<run dir>/report/``:
+
+* ``curves.png``: success (training, and evaluation per suite env), reward,
+  in-group reward std, entropy, gradient norm, response length, KL to the
+  behaviour policy and the mutual-information metrics, each against the
+  iteration, with the collapse warning marked where it fired;
+* ``report.html``: one file, no network fetches, that holds the curves and a
+  trajectory browser over the rollout dumps (``rollout_dump_interval``), see
+  :mod:`ragen_rllib.cli.report_html`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from ragen_rllib.cli.experiments import UsageError
+
+#: (title, [(label, key path in a result row)]), one panel each. A path with "*"
+#: stands for every evaluation suite env found in the rows.
+PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("success", (("train", "rollout/success_rate"), ("eval", "evaluation/success_rate"))),
+    ("eval success per suite env", (("", "evaluation/*/*/success_rate"),)),
+    ("reward", (("", "rollout/reward_mean"),)),
+    ("in-group reward std", (("", "rollout/in_group_reward_std"),)),
+    ("entropy", (("", "learners/default_policy/entropy"),)),
+    ("gradient norm (actor)", (("", "learners/default_policy/gradients_actor_global_norm"),)),
+    ("response length (tokens)", (("", "rollout/response_length_mean"),)),
+    ("KL to behaviour (approx.)", (("", "learners/default_policy/approx_kl"),)),
+    ("MI(prompt; reasoning), nats", (("", "collapse/mi"),)),
+    ("MI z-score", (("", "collapse/mi_zscore"),)),
+    ("H(reasoning | prompt) per token", (("", "collapse/conditional_entropy"),)),
+    ("retrieval acc@1 (vs chance)", (("acc@1", "collapse/retrieval_acc_at_1"),
+                                     ("chance", "collapse/retrieval_chance"))),
+)  # fmt: skip
+ITERATION = "training_iteration"
+
+
+def find_trials(run_dir: Path) -> list[Path]:
+    """The trial folders (those with a ``result.json``) at or under ``run_dir``."""
+    if not run_dir.is_dir():
+        raise UsageError(f"{str(run_dir)!r} is not a directory")
+    if (run_dir / "result.json").is_file():
+        return [run_dir]
+    trials = sorted(p.parent for p in run_dir.glob("*/result.json"))
+    if not trials:
+        raise UsageError(
+            f"no result.json in {str(run_dir)!r} or its subfolders: give a trial folder or "
+            "an experiment folder of `rllib train file`"
+        )
+    return trials
+
+
+def read_results(trial: Path) -> list[dict[str, Any]]:
+    """A trial's result rows; a half-written last line (a run still going) is skipped."""
+    rows = []
+    for line in (trial / "result.json").read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def lookup(row: dict[str, Any], path: str) -> float:
+    node: Any = row
+    for part in path.split("/"):
+        if not isinstance(node, dict) or part not in node:
+            return math.nan
+        node = node[part]
+    return float(node) if isinstance(node, int | float) else math.nan
+
+
+def expand(path: str, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``path`` with its "*" parts replaced by every key found in ``rows``:
+    (the matched parts joined by "/", the concrete path)."""
+    if "*" not in path:
+        return [("", path)]
+    found: dict[str, str] = {}
+    parts = path.split("/")
+
+    def walk(node: Any, i: int, picked: list[str], concrete: list[str]) -> None:
+        if i == len(parts):
+            found.setdefault("/".join(picked), "/".join(concrete))
+            return
+        if not isinstance(node, dict):
+            return
+        keys = [k for k in node if isinstance(node[k], dict)] if parts[i] == "*" else [parts[i]]
+        for key in keys:
+            if key in node:
+                star = parts[i] == "*"
+                walk(node[key], i + 1, picked + [key] * star, concrete + [key])
+
+    for row in rows:
+        walk(row, 0, [], [])
+    return sorted(found.items())
+
+
+def trial_labels(trials: list[Path]) -> list[str]:
+    """Each trial's label: the config values in which the trials differ."""
+    params = []
+    for trial in trials:
+        try:
+            params.append(json.loads((trial / "params.json").read_text()))
+        except (OSError, json.JSONDecodeError):
+            params.append({})
+    if len(trials) == 1:
+        return [re.sub(r"_\d{4}-\d\d-\d\d.*$", "", trials[0].name)]
+    keys = sorted({k for p in params for k in p})
+    differ = [k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in params}) > 1]
+    labels = []
+    for trial, p in zip(trials, params, strict=True):
+        shown = ", ".join(f"{k}={json.dumps(p.get(k))}" for k in differ[:3])
+        labels.append(shown or re.sub(r"_\d{4}-\d\d-\d\d.*$", "", trial.name))
+    return labels
+
+
+def warning_iteration(rows: list[dict[str, Any]]) -> int | None:
+    """The iteration at which the collapse warning fired, if it did."""
+    fired = [lookup(r, "collapse/warning") for r in rows]
+    fired = [int(v) for v in fired if v == v and v > 0]
+    return fired[0] if fired else None
+
+
+def plot_curves(trials: list[Path], labels: list[str], results: list[list[dict]]) -> bytes:
+    """The panels of :data:`PANELS` as one PNG (bytes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 3
+    rows_n = math.ceil(len(PANELS) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 3.3 * rows_n), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ("-", "--", ":", "-.")
+    single = len(results) == 1
+    for ax, (title, series) in zip(axes.flat, PANELS, strict=False):
+        drawn = 0
+        for t, rows in enumerate(results):
+            concrete = []
+            for name, path in series:
+                concrete += [(name, path)] if "*" not in path else expand(path, rows)
+            for s, (name, path) in enumerate(concrete):
+                points = [(r[ITERATION], lookup(r, path)) for r in rows if ITERATION in r]
+                points = [(x, y) for x, y in points if y == y]  # some are logged every n
+                if not points:
+                    continue
+                xs, ys = zip(*points, strict=True)
+                # One trial: a colour per series; a sweep: a colour per trial, a line
+                # style per series.
+                colour = colours[(s if single else t) % len(colours)]
+                style = "-" if single else styles[s % len(styles)]
+                label = " ".join(x for x in ("" if single else labels[t], name) if x)
+                ax.plot(xs, ys, style, color=colour, marker="o" if len(points) < 12 else None,
+                        ms=3, lw=1.3, label=label or None)  # fmt: skip
+                drawn += 1
+            warned = warning_iteration(rows)
+            if warned is not None:
+                ax.axvline(warned, color="red" if single else colours[t % len(colours)],
+                           ls=":", lw=1.2)  # fmt: skip
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        if drawn == 0:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes,
+                    color="grey")  # fmt: skip
+        elif any(line.get_label() and not line.get_label().startswith("_")
+                 for line in ax.get_lines()):  # fmt: skip
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(PANELS) :]:
+        ax.axis("off")
+    notes = [f"{lab}: collapse warning at {w}" for lab, rows in zip(labels, results, strict=True)
+             if (w := warning_iteration(rows)) is not None]  # fmt: skip
+    fig.suptitle("; ".join(notes) or " ", fontsize=10)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def report(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ragen_rllib.cli.report_html import collect_trajectories, render_html
+
+    run_dir = Path(args.run_dir).expanduser().resolve()
+    trials = find_trials(run_dir)
+    out = Path(args.output).expanduser() if args.output else run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    with tqdm(total=len(trials) * 2 + 2, desc="rllib report", unit="step") as bar:
+        results = []
+        for trial in trials:
+            results.append(read_results(trial))
+            bar.update()
+        labels = trial_labels(trials)
+        png = plot_curves(trials, labels, results)
+        (out / "curves.png").write_bytes(png)
+        bar.update()
+        trajectories = []
+        for trial, label in zip(trials, labels, strict=True):
+            trajectories += collect_trajectories(trial, label, args.max_trajectories)
+            bar.update()
+        html = render_html(run_dir.name, labels, results, png, trajectories)
+        (out / "report.html").write_text(html, encoding="utf-8")
+        bar.update()
+    print(f"wrote {out / 'curves.png'} and {out / 'report.html'} "
+          f"({len(trials)} trial(s), {len(trajectories)} trajectories)")  # fmt: skip
+    return 0

@@ -1,0 +1,142 @@
+"""`rllib report`: the curves, the trajectory data in report.html, and escaping of model text."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ragen_rllib.algorithms.starpo.rollout_dump import SCHEMA, write_atomic
+from ragen_rllib.cli import main
+
+PLANTED = '</script><script>document.title="pwned"</script><img src=x onerror="alert(1)">'
+
+
+def _rows(iterations: int, warn_at: int | None) -> list[dict]:
+    rows = []
+    for i in range(1, iterations + 1):
+        row = {
+            "training_iteration": i,
+            "rollout": {"success_rate": i / iterations, "reward_mean": 0.5,
+                        "in_group_reward_std": 0.3, "response_length_mean": 20.0},
+            "learners": {"default_policy": {"entropy": 0.9, "approx_kl": 0.01,
+                                            "gradients_actor_global_norm": 1.0}},
+            "collapse": {"warning": warn_at if warn_at and i >= warn_at else 0},
+        }  # fmt: skip
+        if i % 5 == 0:
+            row["evaluation"] = {"success_rate": 0.4, "bandit": {"rev": {"success_rate": 0.1}}}
+        rows.append(row)
+    return rows
+
+
+def _turn(traj: int, turn: int, response: str, observation: str) -> dict:
+    row = {name: None for name in SCHEMA.names}
+    row.update(run="t", iteration=10, policy_version=9, policy_lag=0, env_id="ragen/Demo-v0",
+               seed=100 + traj, group=traj // 2, trajectory=traj, kept=True, turn=turn,
+               prompt="p", observation=observation, response=response, actions=["Up"],
+               reward=0.5, format_ok=True, valid=True, effective=True, total_reward=1.0,
+               success=traj % 2 == 0, end_reason="terminated", num_turns=2, context_tokens=5,
+               response_tokens=7, advantage=0.25 - traj)  # fmt: skip
+    return row
+
+
+def make_trial(folder: Path, lr: float, warn_at: int | None = None) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(
+        "".join(json.dumps(r) + "\n" for r in _rows(20, warn_at)) + '{"half a li'
+    )
+    (folder / "params.json").write_text(json.dumps({"lr": lr, "env": "ragen/Demo-v0"}))
+    turns = [
+        _turn(t, k, f"<think>plan {t}</think><answer>Up</answer>" if t else PLANTED,
+             "P_G\n_O_" if k == 0 else "<b>grid</b> & more")
+        for t in range(4) for k in range(2)
+    ]  # fmt: skip
+    table = pa.Table.from_pylist(turns, schema=SCHEMA)
+    write_atomic(table, folder / "rollouts" / "iter_000010.parquet")
+    return folder
+
+
+class Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.data: dict[str, str] = {}
+        self._open: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._open = dict(attrs).get("id") if tag == "script" else None
+
+    def handle_data(self, data):
+        if self._open:
+            self.data[self._open] = self.data.get(self._open, "") + data
+
+
+def test_report_of_one_trial_holds_curves_and_trajectories(tmp_path, capsys):
+    trial = make_trial(tmp_path / "trial", 1e-4, warn_at=12)
+    assert main(["report", str(trial)]) == 0
+    out = trial / "report"
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (out / "report.html").read_text()
+    assert "wrote" in capsys.readouterr().out
+    parser = Tags()
+    parser.feed(page)
+    scripts = [attrs for tag, attrs in parser.tags if tag == "script"]
+    images = [attrs for tag, attrs in parser.tags if tag == "img"]
+    # Only the page's own two scripts and the curves; nothing planted became markup.
+    assert scripts == [{"type": "application/json", "id": "ragen-data"}, {}]
+    assert len(images) == 1 and images[0]["src"].startswith("data:image/png;base64,")
+    # In the raw page: the planted tags only as escaped JSON text.
+    assert "<b>grid" not in page and page.count("<img") == 1
+    assert page.count("</script>") == 2 and '<script>document.title="pwned"' not in page
+    assert "http://" not in page and "https://" not in page  # no network fetches
+    data = json.loads(parser.data["ragen-data"])
+    trajectories = data["trajectories"]
+    assert len(trajectories) == 4
+    first = trajectories[0]
+    assert first["iteration"] == 10 and first["env"] == "ragen/Demo-v0" and first["seed"] == 100
+    assert len(first["turns"]) == 2
+    observation, think, answer, reward, advantage, valid = first["turns"][0]
+    assert answer == PLANTED and think == ""  # the planted text, intact, as data
+    assert observation == "P_G\n_O_" and reward == 0.5 and advantage == 0.25 and valid
+    assert trajectories[1]["turns"][0][1:3] == ["plan 1", "Up"]
+    assert "collapse warning" in page and ">12<" in page  # the summary's warning column
+
+
+def test_report_of_a_sweep_labels_trials_by_what_differs(tmp_path):
+    for i, lr in enumerate((1e-4, 3e-4)):
+        make_trial(tmp_path / "exp" / f"StarPO_x_{i}_2026-11-25_00-00-00", lr)
+    assert main(["report", str(tmp_path / "exp"), "--max-trajectories", "3"]) == 0
+    page = (tmp_path / "exp" / "report" / "report.html").read_text()
+    parser = Tags()
+    parser.feed(page)
+    trajectories = json.loads(parser.data["ragen-data"])["trajectories"]
+    assert {t["trial"] for t in trajectories} == {"lr=0.0001", "lr=0.0003"}
+    assert len(trajectories) == 6  # 3 per trial
+
+
+def test_report_names_a_folder_without_results(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "result.json" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
+def test_chromium_renders_the_planted_answer_as_text(tmp_path):
+    trial = make_trial(tmp_path / "trial", 1e-4)
+    assert main(["report", str(trial)]) == 0
+    page = (trial / "report" / "report.html").as_uri()
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page],
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    # The page's script ran: the list and the first trajectory's turns are in the DOM,
+    # the planted answer as escaped text, and the title untouched.
+    assert "4 matching trajectories" in dom
+    assert "&lt;/script&gt;&lt;script&gt;document.title" in dom
+    assert "<title>ragen-rllib report: trial</title>" in dom
+    assert dom.count("<img") == 1 and "&lt;img src=x onerror" in dom  # text, not an element
