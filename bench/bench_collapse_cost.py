@@ -1,11 +1,13 @@
-"""What the collapse indicators cost, as a share of the iteration time.
+"""What the collapse indicators and the rollout dumps cost, as a share of the iteration time.
 
 Trains an example (default: the FrozenLakeNoSlip CPU example) for ``--iterations``
 in one process and reads the timers training logs: ``collapse/diversity_s``
-(the think-text diversity, every iteration) and ``collapse/mi_s`` (the
+(the think-text diversity, every iteration), ``collapse/mi_s`` (the
 prompt-reasoning information, every ``collapse_metrics_interval`` iterations,
-scored by the learner's actor), against ``timing/iteration_s``. The MI share is
-its cost spread over its interval.
+scored by the learner's actor) and ``timers/rollout_dump`` (the Parquet dump and
+its TensorBoard samples, every ``rollout_dump_interval`` iterations), against
+``timing/iteration_s``. The MI and dump shares are their costs spread over
+their intervals; the dumps go to the algorithm's log folder (under ~/ray_results).
 
     python bench/bench_collapse_cost.py
     python bench/bench_collapse_cost.py tuned_examples/bandit_cpu.yaml --iterations 40
@@ -41,13 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for _ in range(args.iterations):
         r = algo.train()
-        rows.append({**r["collapse"], **r["timing"]})
+        dump_s = r["timers"].get("rollout_dump", math.nan)
+        rows.append({**r["collapse"], **r["timing"], "dump_s": dump_s})
     algo.stop()
     iteration_s = statistics.mean(row["iteration_s"] for row in rows[1:])
     diversity_s = statistics.mean(row["diversity_s"] for row in rows[1:])
     mi = [row["mi_s"] for row in rows if not math.isnan(row.get("mi_s", math.nan))]
     every = config.collapse_metrics_interval
     mi_s = statistics.mean(mi) if mi else math.nan
+    # The timer keeps its last value between dumps: take the dumping iterations'.
+    dump_every = config.rollout_dump_interval
+    dumps = [row["dump_s"] for i, row in enumerate(rows, 1) if dump_every and i % dump_every == 0]
+    dump_s = statistics.mean(dumps) if dumps else math.nan
     json.dump(
         {
             "experiment": name,
@@ -60,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
             "mi_interval": every,
             "mi_samples": config.collapse_mi_samples,
             "mi_share": round(mi_s / (every * iteration_s), 4) if every else 0.0,
+            "dump_s": round(dump_s, 4),
+            "dumps": len(dumps),
+            "dump_interval": dump_every,
+            "dump_share": round(dump_s / (dump_every * iteration_s), 5) if dumps else 0.0,
         },
         sys.stdout,
         indent=2,
