@@ -294,37 +294,36 @@ def check_model(config) -> None:
         load_hub_config(model_path)
 
 
+def _make_and_reset(make: Callable[[], Any], what: str) -> None:
+    """Make an env and reset it once; whatever fails raises ValueError saying ``what``."""
+    try:
+        env = make()
+        try:
+            env.reset(seed=0)
+        finally:
+            env.close()
+    except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
+        raise ValueError(f"{what}: {type(err).__name__}: {err}") from err
+
+
 def _check_eval_suites(config) -> None:
     """Every suite env is made with its merged options and reset once, as the
     training env is; a malformed suite or a bad option names `eval_suites`."""
     suites = resolve_suites(config)  # ValueError naming eval_suites on a bad shape or id
     for suite, envs in suites.items():
         for entry in envs:
-            try:
-                env = make_eval_env(entry)
-                try:
-                    env.reset(seed=0)
-                finally:
-                    env.close()
-            except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
-                raise ValueError(
-                    f"config eval_suites[{suite!r}]: env {entry.name!r} ({entry.env} with "
-                    f"{entry.env_config!r}) cannot be made and reset: "
-                    f"{type(err).__name__}: {err}"
-                ) from err
+            _make_and_reset(
+                lambda entry=entry: make_eval_env(entry),
+                f"config eval_suites[{suite!r}]: env {entry.name!r} ({entry.env} with "
+                f"{entry.env_config!r}) cannot be made and reset",
+            )
 
 
 def _check_env_config(config) -> None:
     """Make the env with `env_config` and reset it once: a kwarg the env does not
     take, or a value it rejects, fails here and not in an env runner."""
-    try:
-        env = make_env(config)
-        try:
-            env.reset(seed=0)
-        finally:
-            env.close()
-    except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
-        raise ValueError(
-            f"config env_config={config.env_config!r} is invalid for env {config.env!r}: "
-            f"making and resetting the env with it failed: {type(err).__name__}: {err}"
-        ) from err
+    _make_and_reset(
+        lambda: make_env(config),
+        f"config env_config={config.env_config!r} is invalid for env {config.env!r}: "
+        "making and resetting the env with it failed",
+    )
