@@ -50,7 +50,7 @@ POS_INT = {
 }  # fmt: skip
 NONNEG_INT = {
     "eval_seed", "eval_interval", "num_env_runners", "num_learners", "max_policy_lag",
-    "max_num_env_runner_restarts", "collapse_warmup",
+    "max_num_env_runner_restarts", "collapse_warmup", "rollout_dump_interval",
 }  # fmt: skip
 UNIT = {
     "gamma", "lambda", "gamma_turn", "lambda_turn", "gamma_token", "lambda_token",
@@ -96,10 +96,12 @@ CHOICES = {
 SPECIAL = {
     "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",
     "env", "env_module", "env_config", "filter_value", "loss_agg", "reward_norm_method",
+    "eval_samples_per_state", "eval_pass_k", "eval_suites",
 }  # fmt: skip
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 NORM_METHODS = ("mean_std", "mean", "identity", "asym_clip")
 ENV_IDS = ("ragen/Bandit-v0", "ragen/FrozenLake-v0", "ragen/SimpleSokoban-v0")
+BUILTIN_SUITES = {"bandit", "sokoban", "frozenlake"}
 CONFIG_KEYS = sorted(
     POS_INT | NONNEG_INT | UNIT | OPEN_UNIT | HALF_OPEN_UNIT | POSITIVE | NONNEG | BOOL
     | set(CHOICES) | SPECIAL
@@ -113,6 +115,7 @@ CROSS_KEYS = {
     "num_gpus_per_env_runner", "num_learners", "llm", "env", "env_module", "env_config",
     "online_k", "max_policy_lag", "async_rollouts", "filter_strategy", "filter_value",
     "filter_include_zero", "reward_norm_grouping", "reward_norm_method",
+    "eval_samples_per_state", "eval_pass_k", "eval_suites",
 }  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}
@@ -173,6 +176,16 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return None if v in (None, "json") else False
     if key == "env_config":
         return None if v == {} else False  # the built-in envs take no kwarg named "a"
+    if key == "eval_samples_per_state":
+        return _int(v) and 1 <= v <= 1024
+    if key == "eval_pass_k":  # each k must also be <= eval_samples_per_state
+        return isinstance(v, list) and bool(v) and all(_int(k) and k >= 1 for k in v)
+    if key == "eval_suites":  # null, built-in names, or a mapping (checked in depth)
+        if v is None or (isinstance(v, list) and v and all(n in BUILTIN_SUITES for n in v)):
+            return True
+        if isinstance(v, str):
+            return v in BUILTIN_SUITES
+        return None if isinstance(v, dict) and v else False
     raise AssertionError(key)
 
 
@@ -211,6 +224,9 @@ def valid_sample(key: str, rng: random.Random) -> Any:
         "env": rng.choice(ENV_IDS),
         "env_module": rng.choice([None, "json"]),
         "env_config": {},
+        "eval_samples_per_state": rng.choice([1, 4, 8]),
+        "eval_pass_k": rng.choice([[1], [1, 4]]),
+        "eval_suites": rng.choice([None, ["bandit"], ["frozenlake", "sokoban"]]),
     }[key]
 
 

@@ -78,7 +78,8 @@ def test_evaluate_command_prints_success(trained):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ragen/Bandit-v0: success " in proc.stdout
-    assert "(8 fixed initial states x 1 answer(s))" in proc.stdout
+    # The checkpoint's own eval_samples_per_state (the example sets 4).
+    assert "(8 fixed initial states x 4 answer(s))" in proc.stdout
 
 
 def test_evaluate_command_runs_a_suite_with_pass_at_k(trained):

@@ -101,6 +101,13 @@ def suite_entries(eval_suites: Any) -> dict[str, list[tuple[str, str, dict[str, 
     if isinstance(eval_suites, str):
         eval_suites = [eval_suites]
     if isinstance(eval_suites, list | tuple):
+        odd = [name for name in eval_suites if not isinstance(name, str)]
+        if odd:
+            raise ValueError(
+                f"config eval_suites={eval_suites!r} is invalid: a list holds built-in suite "
+                f"names ({', '.join(BUILTIN_SUITES)}), got {odd!r}; name your own suites in a "
+                "mapping, suite: [env entries]"
+            )
         eval_suites = {name: name for name in eval_suites}
     if not isinstance(eval_suites, dict) or not eval_suites:
         raise ValueError(
