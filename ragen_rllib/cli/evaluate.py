@@ -12,7 +12,6 @@ answers each state gets and which pass@k are reported.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 from pathlib import Path
 
@@ -102,7 +101,4 @@ def _suites(config, names: list[str]) -> dict:
             f"built-in suite ({sorted(BUILTIN_SUITES)})"
         )
     own = config.eval_suites if isinstance(config.eval_suites, dict) else {}
-    probe = copy.copy(config)
-    probe._is_frozen = False
-    probe.eval_suites = {name: own.get(name, name) for name in names}
-    return resolve_suites(probe)
+    return resolve_suites(config, {name: own.get(name, name) for name in names})

@@ -157,12 +157,14 @@ def _entry_point(env_id: str) -> Any:
     return gym.spec(env_id.split(":", 1)[-1]).entry_point
 
 
-def resolve_suites(config: Any) -> dict[str, list[EvalEnv]]:
-    """The configured suites with each env's options merged (see the module doc).
-    The caller has imported the env modules."""
+def resolve_suites(config: Any, eval_suites: Any = None) -> dict[str, list[EvalEnv]]:
+    """The suites of ``eval_suites`` (by default the config's own) with each env's
+    options merged against the run's (see the module doc). The caller has imported
+    the env modules."""
     train_entry = _entry_point(config.env)
     suites: dict[str, list[EvalEnv]] = {}
-    for suite, entries in suite_entries(config.eval_suites).items():
+    wanted = config.eval_suites if eval_suites is None else eval_suites
+    for suite, entries in suite_entries(wanted).items():
         resolved = []
         for name, env_id, entry_config in entries:
             try:

@@ -23,9 +23,10 @@ verbatim.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,16 +130,24 @@ def turn_rows(
     return pa.Table.from_pydict(rows, schema=SCHEMA)
 
 
-def write_atomic(table: pa.Table, path: Path) -> None:
-    """Write ``table`` to ``path`` through a hidden temporary file in the same folder
-    and an atomic rename."""
+@contextlib.contextmanager
+def _atomic(path: Path) -> Iterator[Path]:
+    """A hidden temporary path beside ``path``, renamed onto it when the block ends
+    without an error, removed otherwise."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        yield tmp
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_atomic(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` through a hidden temporary file in the same folder
+    and an atomic rename."""
+    with _atomic(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def read_rollouts(folder: str | os.PathLike) -> pa.Table:
@@ -246,20 +255,14 @@ def write_jsonl(table: pa.Table, path: str | os.PathLike) -> int:
     the number written. The file is written atomically."""
     order = [(key, "ascending") for key in ("run", "iteration", "trajectory", "turn")]
     rows = table.sort_by(order).to_pylist()
-    out = Path(path)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     count = 0
-    try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            start = 0
-            for end in range(1, len(rows) + 1):
-                if end == len(rows) or _traj_key(rows[end]) != _traj_key(rows[start]):
-                    fh.write(json.dumps(to_messages(rows[start:end]), ensure_ascii=False) + "\n")
-                    count += 1
-                    start = end
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with _atomic(Path(path)) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        start = 0
+        for end in range(1, len(rows) + 1):
+            if end == len(rows) or _traj_key(rows[end]) != _traj_key(rows[start]):
+                fh.write(json.dumps(to_messages(rows[start:end]), ensure_ascii=False) + "\n")
+                count += 1
+                start = end
     return count
 
 
