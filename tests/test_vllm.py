@@ -332,8 +332,9 @@ def test_the_bandit_example_learns_with_vllm_rollout_actors(tmp_path):
 
 
 def test_config_checks_for_the_vllm_engine():
-    with pytest.raises(ValueError, match="num_env_runners"):
-        vllm_config(num_env_runners=0).check_values()
+    vllm_config(num_env_runners=0).check_values()  # beside the learner in the driver
+    with pytest.raises(ValueError, match="engine_sleep_level"):
+        vllm_config(engine_sleep_level=2).check_values()  # in a runner actor
     with pytest.raises(ValueError, match="top_p"):
         vllm_config(top_p=0.9, temperature=0.8).check_values()
     vllm_config(top_p=0.9, temperature=1.0).check_values()  # raw log-probs are exact

@@ -65,11 +65,17 @@ class RolloutEngine:
     """What the env runner needs from an inference engine (see the module docstring).
 
     An engine sets ``model`` (checked by the runner's health check) and implements
-    :meth:`_generate`, :meth:`load_weights` and, if it keeps per-trajectory state,
-    :meth:`clear_cache`."""
+    :meth:`_generate`, :meth:`_load_weights`, if it keeps per-trajectory state
+    :meth:`clear_cache`, and, if it can free memory for a learner on its device,
+    :meth:`_sleep` and :meth:`_wake`."""
 
     #: the policy version of the weights loaded (0: the initial model)
     policy_version: int = 0
+    #: what :meth:`release` frees: 0 nothing, 1 the caches (weights to host memory),
+    #: 2 the caches and the weights
+    sleep_level: int = 0
+    #: released and not yet given new weights
+    asleep: bool = False
     #: prompt tokens taken from the prefix cache instead of encoded, lifetime
     prompt_tokens_reused: int = 0
     model: Any = None
@@ -94,8 +100,41 @@ class RolloutEngine:
         raise NotImplementedError
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Load the actor's weights (the rollout model's names) stamped ``version``."""
+        """Load the actor's weights (the rollout model's names) stamped ``version``;
+        an engine that was released wakes first."""
+        if self.asleep:
+            self._wake()
+            self.asleep = False
+            self._log_event("wake", "")
+        self._load_weights(state_dict, version)
+        self._log_event("load", f"version {version}")
+
+    def _load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         raise NotImplementedError
+
+    def release(self) -> str:
+        """Free memory for the learner's update, at :attr:`sleep_level`; the next
+        :meth:`load_weights` wakes the engine. Returns what was done ("slept", or why
+        it was skipped); no sampling may happen in between."""
+        if self.sleep_level == 0:
+            return "skipped: sleep_level 0"
+        self.clear_cache()
+        done = self._sleep(self.sleep_level)
+        self.asleep = done == "slept"
+        self._log_event("release", done)
+        return done
+
+    def _sleep(self, level: int) -> str:
+        return "skipped: this engine cannot release memory"
+
+    def _wake(self) -> None:
+        """Undo :meth:`_sleep` (memory back, ready for new weights)."""
+
+    def _log_event(self, what: str, detail: str) -> None:
+        """The engine's lifecycle, newest last (the last 64 events), for checks and logs."""
+        events = self.__dict__.setdefault("events", [])
+        events.append((what, self.policy_version, detail))
+        del events[:-64]
 
     def clear_cache(self) -> None:
         """Forget every per-trajectory cache (call when its trajectories end)."""

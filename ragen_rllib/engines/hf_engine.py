@@ -125,6 +125,17 @@ class HFEngine(RolloutEngine):
         dtype: "float32" or "bfloat16".
         device: torch device string.
         max_batch_size: prompts per forward batch at most (memory bound).
+        sleep_level: what :meth:`release` frees (see
+            :class:`~ragen_rllib.engines.base.RolloutEngine`): at 1 the weights move
+            to host memory (nothing to do on a CPU device), at 2 their storage is
+            freed; either way the prefix cache is dropped.
+
+    The engine keeps its own copy of the weights, also when it sits beside the
+    learner in one process: the learner's copy is fp32 master weights in training
+    mode (gradient checkpointing, packed-row attention), the engine's is the
+    rollout dtype in eval mode with its KV buffers; sharing would make every
+    decode step cast the weights or run in fp32. Level 2 frees the copy during
+    each update instead.
     """
 
     def __init__(
@@ -136,6 +147,7 @@ class HFEngine(RolloutEngine):
         dtype: str = "float32",
         device: str = "cpu",
         max_batch_size: int = 256,
+        sleep_level: int = 0,
     ) -> None:
         from transformers import AutoModelForCausalLM
 
@@ -152,12 +164,36 @@ class HFEngine(RolloutEngine):
         self._prefixes: dict[Hashable, _Prefix] = {}
         #: prompt tokens taken from the prefix cache instead of encoded, lifetime
         self.prompt_tokens_reused = 0
+        self.sleep_level = int(sleep_level)
+        self._shapes: dict[str, torch.Size] = {}
 
     def clear_cache(self) -> None:
         """Forget every trajectory's keys and values (call when its trajectories end)."""
         self._prefixes.clear()
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+    def _sleep(self, level: int) -> str:
+        params = dict(self.model.named_parameters())  # a tied head is listed once
+        if level == 1:
+            if self.device.type == "cpu":
+                return "skipped: the weights are in host memory already"
+            for p in params.values():
+                p.data = p.data.to("cpu")
+        else:
+            self._shapes = {name: p.shape for name, p in params.items()}
+            for p in params.values():  # the Parameter objects (and a tied head) stay
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return "slept"
+
+    def _wake(self) -> None:
+        for name, p in self.model.named_parameters():
+            if self.sleep_level == 1:
+                p.data = p.data.to(self.device)
+            else:  # room for the weights the caller loads next
+                p.data = torch.empty(self._shapes[name], dtype=p.dtype, device=self.device)
+
+    def _load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
         # Tied embeddings may be absent from the state dict; anything else is a mismatch.
         missing = [k for k in missing if k != "lm_head.weight"]

@@ -114,6 +114,10 @@ class VLLMEngine(RolloutEngine):
         enable_prefix_caching: reuse the KV blocks of prompt prefixes seen before.
         max_num_seqs: sequences per engine step at most.
         seed: the engine's base seed.
+        sleep_level: what :meth:`release` frees beside a learner (vLLM's sleep mode:
+            1 moves the weights to host memory and drops the KV cache, 2 drops
+            both); 0 keeps the memory. Sleep mode needs CUDA: on the CPU build the
+            release is skipped, and says so.
     """
 
     def __init__(
@@ -131,6 +135,7 @@ class VLLMEngine(RolloutEngine):
         enable_prefix_caching: bool = True,
         max_num_seqs: int = 256,
         seed: int = 0,
+        sleep_level: int = 0,
     ) -> None:
         mode = logprobs_mode(temperature, top_p)
         # The engine core runs in this process: weight loads are calls, not messages.
@@ -153,6 +158,10 @@ class VLLMEngine(RolloutEngine):
         kwargs = {}
         if kv_cache_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
+        self.sleep_level = int(sleep_level)
+        self._can_sleep = not cpu and self.sleep_level > 0
+        if self._can_sleep:
+            kwargs["enable_sleep_mode"] = True
         if cpu:
             # A prompt prefilled in chunks makes vLLM rewind the request's seeded
             # generator, which a CPU generator cannot do (RuntimeError "CPU Generator
@@ -190,7 +199,19 @@ class VLLMEngine(RolloutEngine):
                 f"max_position_embeddings={limit}; lower max_context_tokens"
             )
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+    def _sleep(self, level: int) -> str:
+        if not self._can_sleep:
+            return "skipped: vLLM's sleep mode needs CUDA"
+        self.llm.sleep(level=level)
+        return "slept"
+
+    def _wake(self) -> None:
+        # Level 2 dropped the weights: wake them alone, load, then the KV cache
+        # (see _load_weights); level 1 brings its saved weights back with the cache.
+        self.llm.wake_up(tags=["weights"] if self.sleep_level == 2 else None)
+        self._kv_asleep = self.sleep_level == 2
+
+    def _load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         if self._names is not None:
             # A tied LM head is not sent; anything else missing or extra is a mismatch.
             missing = sorted(self._names - set(state_dict) - {"lm_head.weight"})
@@ -204,6 +225,9 @@ class VLLMEngine(RolloutEngine):
             "reload_weights", kwargs={"weights_iterator": iter(list(state_dict.items()))}
         )
         self.llm.apply_model(_refresh_tied_head)
+        if getattr(self, "_kv_asleep", False):
+            self.llm.wake_up(tags=["kv_cache"])
+            self._kv_asleep = False
         self.llm.reset_prefix_cache()  # keys and values of the old weights
         self.policy_version = int(version)
 

