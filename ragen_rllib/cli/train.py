@@ -151,6 +151,20 @@ def wandb_callbacks(project: str | None, group: str) -> list:
     return [WandbLoggerCallback(project=project, group=group, log_config=True)]
 
 
+def check_runner_hosts(configs: dict[str, tuple]) -> None:
+    """Fail now, not as a trial whose runner actors wait forever for a node that has
+    what each asks for (custom_resources_per_env_runner, GPUs, CPUs)."""
+    from ragen_rllib.distributed.cluster import no_runner_host
+
+    for name, (config, _) in configs.items():
+        problem = no_runner_host(config) if config.num_env_runners else None
+        if problem:
+            raise UsageError(
+                f"experiment {name!r} asks for num_env_runners={config.num_env_runners}, "
+                f"but {problem}"
+            )
+
+
 def train(args: argparse.Namespace) -> int:
     experiments = load_experiments(args.file)
     stop_override = check_stop(json_arg(args.stop, "--stop"), "--stop")
@@ -209,6 +223,7 @@ def train(args: argparse.Namespace) -> int:
         )
         if args.dashboard:
             print(f"Ray dashboard: http://{context.dashboard_url}", flush=True)
+    check_runner_hosts(configs)
     status = 0
     for name, exp in experiments.items():
         ckpt = exp.get("checkpoint_config") or {}

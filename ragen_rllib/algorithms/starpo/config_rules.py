@@ -59,6 +59,19 @@ def _int_at_least(low: int) -> tuple[Callable[[Any], bool], str]:
     )
 
 
+def _custom_resource(name: Any, amount: Any) -> bool:
+    """A custom Ray resource request Ray accepts: a name of its own, a finite amount
+    >= 0, whole when above 1."""
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and name not in ("CPU", "GPU", "memory", "object_store_memory")
+        and is_number(amount)
+        and amount >= 0
+        and (amount <= 1 or float(amount).is_integer())
+    )
+
+
 def _number(test: Callable[[float], bool], allowed: str, *, none_ok: bool = False):
     def ok(value: Any) -> bool:
         return (none_ok and value is None) or (is_number(value) and test(value))
@@ -239,6 +252,16 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     # share of the groups is sampled again.
     "restart_failed_env_runners": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "max_num_env_runner_restarts": _int_at_least(0),
+    # How long a probe waits for a lost runner to come back (a restart loads the model).
+    "env_runner_health_probe_timeout_s": _number(lambda v: v > 0, "> 0 (seconds)"),
+    # Custom Ray resources each runner actor asks for, e.g. {rollout: 1}: the runners
+    # go only to nodes started with them (ray start --resources='{"rollout": 4}').
+    "custom_resources_per_env_runner": (
+        lambda v: isinstance(v, dict) and all(_custom_resource(k, n) for k, n in v.items()),
+        "must be a mapping of resource name to amount, e.g. {rollout: 1}: names other "
+        "than CPU, GPU, memory and object_store_memory (set with num_cpus_per_env_runner "
+        "and num_gpus_per_env_runner), amounts >= 0 that are whole numbers above 1",
+    ),
     "shuffle_batch_per_epoch": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "prefill": ((lambda v: isinstance(v, str)), "must be a string (may be empty)"),
     "framework_str": ((lambda v: v == "torch"), "StarPO runs on 'torch' only"),

@@ -8,6 +8,10 @@ asynchronously (:meth:`SamplingMixin._launch_sample`, then
 :meth:`SamplingMixin._collect_sample`). A runner that dies holding a share is
 counted, restarted through RLlib's fault tolerance, given the current weights,
 and its share is sampled again with the same seeds, so every batch is whole.
+Ray restarts a runner lost with its node on another node that has the resources
+one runner asks for; when no alive node has them, the algorithm does not wait for
+a restart that cannot happen: it goes on with the runners it has, or, with none
+left, stops with an error naming the resources (:mod:`ragen_rllib.distributed.cluster`).
 After each update the actor's weights, stamped with their policy version, go
 to every runner's engine through Ray's object store (:meth:`SamplingMixin._push_weights`).
 With ``num_env_runners: 0`` the one runner lives in the driver and is called
@@ -26,6 +30,7 @@ import ray
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, WEIGHTS_SEQ_NO
 
+from ragen_rllib.distributed.cluster import no_runner_host
 from ragen_rllib.distributed.wire import to_wire
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths.seeding import training_group_seeds
@@ -62,6 +67,18 @@ class SamplingMixin:
     ``metrics``, and its ``_seed_base``, ``_num_sample_calls``, ``_request``,
     ``_policy_version`` and ``_lifetime`` counters."""
 
+    def setup(self, config) -> None:
+        """Refuse runner actors that no node of the cluster could hold before RLlib
+        starts them (Ray would keep them pending, and the build would wait forever)."""
+        cfg = self.config
+        if cfg.num_env_runners and not cfg.in_evaluation:
+            if not ray.is_initialized():
+                ray.init()  # what RLlib's first remote call would do
+            problem = no_runner_host(cfg)
+            if problem:
+                raise ValueError(f"num_env_runners={cfg.num_env_runners}: {problem}")
+        super().setup(config)
+
     # ----- sampling: the runners' shares ---------------------------------------------
     def _runner_ids(self) -> list[int]:
         """Remote runners that may take a share (empty with a local runner)."""
@@ -69,9 +86,12 @@ class SamplingMixin:
             return []
         ids = sorted(self.env_runner_group.healthy_env_runner_ids())
         if not ids:
+            problem = no_runner_host(self.config)
             raise RunnerFailure(
-                "no healthy env runner is left (raise max_num_env_runner_restarts, or check "
-                "the runners' logs for why they died)"
+                f"no healthy env runner is left: {problem}"
+                if problem
+                else "no healthy env runner is left (raise max_num_env_runner_restarts, or "
+                "check the runners' logs for why they died)"
             )
         return ids
 
@@ -169,8 +189,11 @@ class SamplingMixin:
         """Restart failed runners (RLlib's fault tolerance) and give them the current weights."""
         if env_runner_group is not self.env_runner_group or self.env_runner is not None:
             return []
+        if not self._lost_runners_have_a_node(env_runner_group):
+            return []
         restored = env_runner_group.probe_unhealthy_env_runners()
         if restored:
+            self._lifetime["num_runner_restarts"] += len(restored)
             logger.warning(
                 "env runner(s) %s restarted; sending them weights %d",
                 restored,
@@ -178,6 +201,29 @@ class SamplingMixin:
             )
             self._push_weights(worker_ids=restored, wait=True)
         return restored
+
+    def _lost_runners_have_a_node(self, group) -> bool:
+        """Whether probing lost runners is worth its wait: False when some runners are
+        lost and no alive node has the resources one needs (Ray keeps their restarts
+        pending until such a node joins, so the probe would only sit out
+        ``env_runner_health_probe_timeout_s``); the healthy runners take every share
+        meanwhile. With no healthy runner left either, raise :class:`RunnerFailure`."""
+        healthy = group.num_healthy_remote_env_runners()
+        if healthy == group.num_remote_env_runners():
+            return True
+        problem = no_runner_host(self.config)
+        if problem is None:
+            return True
+        if not healthy:
+            raise RunnerFailure(f"every env runner is lost, and {problem}")
+        logger.warning(
+            "%d env runner(s) lost cannot be restarted yet (%s); %d healthy runner(s) take "
+            "every share until a node with the resources joins",
+            group.num_remote_env_runners() - healthy,
+            problem,
+            healthy,
+        )
+        return False
 
     def _push_weights(self, worker_ids: list[int] | None = None, wait: bool = True) -> None:
         """The actor's weights, stamped with their version, to the runners' engines."""

@@ -84,6 +84,7 @@ LIFETIME_COUNTERS = (
     "num_env_errors",
     "num_runner_failures",
     "num_resampled_groups",
+    "num_runner_restarts",
 )
 
 
