@@ -9,8 +9,12 @@ instead of a full replica as under DDP. What that changes, and where:
   final norm, a tied LM head) is the unit of the network's root, and the
   critic's value head is one more. Parameters are gathered layer by layer in
   the forward and backward passes and gradients reduce-scattered in float32.
-  With ``model_dtype: bfloat16`` the gathered parameters are bfloat16 (the
-  shards, the gradients' reduction and the optimizer stay float32).
+- **Mixed precision.** Every unit gets a ``MixedPrecisionPolicy``: with
+  ``model_dtype: bfloat16``, ``param_dtype=bfloat16`` (the gathered parameters,
+  so the compute, are bfloat16) and ``reduce_dtype=float32``; the shards, and so
+  the master weights, their gradients and AdamW's moments, stay float32. The
+  value head's unit gathers float32 (it is one [H] vector, and the module runs
+  it in float32).
 - **The forward entry point.** FSDP gathers a unit's parameters in hooks around
   the unit's ``forward``. The learner scores responses through
   ``actor.score_responses`` (the transformer, then the LM head on the response
@@ -40,7 +44,9 @@ def shard_module(
     """Apply FSDP2 to an ``LLMRLModule`` in place (see the module docstring).
 
     ``entry_point = (name, function)``: the function becomes a method ``name`` of the
-    actor, run inside the hooks of the actor's root unit."""
+    actor, run inside the hooks of the actor's root unit. ``param_dtype``: the dtype
+    the transformers' parameters are gathered and computed in (None: as stored,
+    float32); gradients are reduced in float32 either way."""
     from torch.distributed.fsdp import (
         MixedPrecisionPolicy,
         fully_shard,
@@ -55,7 +61,7 @@ def shard_module(
             fully_shard(layer, mp_policy=policy)
         fully_shard(net, mp_policy=policy)
     if getattr(module, "value_head", None) is not None:
-        fully_shard(module.value_head, mp_policy=policy)
+        fully_shard(module.value_head, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
     # The learner's entry point into the actor, run inside the root unit's hooks.
     name, function = entry_point
     setattr(module.actor, name, types.MethodType(function, module.actor))

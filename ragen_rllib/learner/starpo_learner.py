@@ -6,7 +6,10 @@ generated tokens only), the behaviour log-probs, advantages and, with a critic,
 value targets. Each minibatch is one optimizer step, taken in micro-batches of
 at most ``max_tokens_per_microbatch`` padded tokens whose gradients accumulate;
 the loss is :func:`~ragen_rllib.learner.loss.starpo_loss`. Actor and critic
-have their own AdamW optimizers and learning rates; RLlib clips the gradients
+have their own AdamW optimizers and learning rates, over float32 master weights
+also with ``model_dtype: bfloat16`` (which sets the compute dtype: the module's
+autocast, or FSDP2's mixed-precision policy), so AdamW's moments are float32;
+the frozen KL reference is held in the compute dtype. RLlib clips the gradients
 per optimizer by global norm. An update whose loss or gradient norm is not
 finite is skipped and counted. FSDP's differences are
 :class:`~ragen_rllib.learner.fsdp.FSDPLearnerMixin`'s.

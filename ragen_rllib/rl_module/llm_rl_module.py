@@ -8,13 +8,16 @@ token t. Sampling does not
 go through this module: the env runners' rollout engines hold their own copy of
 the actor and receive its weights after each update.
 
-Precision: the weights are float32 (the optimizer's master copy); with
-``dtype="bfloat16"`` the forward passes run under bfloat16 autocast, and the
-rollout engines hold bfloat16 copies. State handling: ``get_state`` returns
-torch tensors as they are (no numpy conversion, which fails on bfloat16, and no
-copies on the CPU); with ``inference_only=True`` only the actor's weights,
-under the names the rollout model expects (what the algorithm pushes to the
-env runners' engines).
+Precision (``dtype``, the config's ``model_dtype``): every weight that trains is
+float32, the optimizer's master copy, so AdamW's moments are float32 too. With
+``dtype="bfloat16"`` the forward passes run under bfloat16 autocast (matrix
+products in bfloat16; the log-softmax, entropy and value head in float32), frozen
+weights (LoRA's base model) are held in bfloat16, and the weights sent to the
+rollout engines are cast to bfloat16 before they leave the learner. State
+handling: ``get_state`` returns torch tensors as they are (no numpy conversion,
+which fails on bfloat16, and no copies on the CPU); with ``inference_only=True``
+only the actor's weights, under the names the rollout model expects (what the
+algorithm pushes to the env runners' engines).
 """
 
 from __future__ import annotations
@@ -59,9 +62,9 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         from transformers import AutoModel, AutoModelForCausalLM
 
         cfg = self.model_config
-        # Weights (and so the optimizer's updates) stay float32: an update of
-        # lr=1e-6 is far below bfloat16's resolution and would round away.
-        # "bfloat16" is the compute dtype, through autocast, as in mixed precision.
+        # Trained weights (and so the optimizer's updates and moments) stay float32:
+        # an update of lr=1e-6 is far below bfloat16's resolution and would round
+        # away. "bfloat16" is the compute dtype, through autocast, as in mixed precision.
         self.compute_dtype = getattr(torch, cfg.get("dtype", "float32"))
         self.temperature = float(cfg.get("temperature", 1.0)) or 1.0
         self.actor = AutoModelForCausalLM.from_pretrained(cfg["model_path"], dtype=torch.float32)
@@ -90,6 +93,12 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             self.actor = wrap_lora(self.actor, self.lora)
             if self.has_critic:
                 self.critic = wrap_lora(self.critic, self.lora)
+            # The frozen base is held in the compute dtype: it never takes an update,
+            # autocast rounds its matrices to that dtype in every forward anyway, and
+            # it is most of the module's memory. The adapters stay float32.
+            for net in (self.actor, getattr(self, "critic", None)):
+                if net is not None:
+                    hold_frozen_in(net, self.compute_dtype)
         if not self.inference_only:
             trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
             total = sum(p.numel() for p in self.parameters())
@@ -151,23 +160,31 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
                 hidden = self.critic(
                     input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
                 ).last_hidden_state  # [B, T, H]
-            values = self.value_head(hidden[:, :-1]).squeeze(-1).float()  # [B, T-1]
+        # The value head in float32 (one [H] -> 1 product): a bfloat16 value carries
+        # 8 significant bits, too coarse for the value loss's small differences.
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            values = self.value_head(hidden[:, :-1].float()).squeeze(-1)  # [B, T-1]
         return torch.cat([values.new_zeros((values.shape[0], 1)), values], 1)
 
     # ----- state --------------------------------------------------------------------
     def actor_weights(self) -> dict[str, torch.Tensor]:
-        """The actor's weights under the rollout model's names (no copy on the CPU).
+        """The actor's weights under the rollout model's names, in the compute dtype
+        (the engines' dtype): with bfloat16, half the bytes of the float32 master
+        weights travel (with float32, no copy on the CPU).
 
         A tied LM head is left out: it is the embedding matrix, which the engine
         already receives (for a 150k-token vocabulary, a fifth of a 0.5B model).
-        Under LoRA only the adapter's matrices are returned; the rollout actor
-        merges them into the base weights it holds."""
+        Under LoRA only the adapter's matrices are returned, in float32 (a few MB);
+        the rollout actor merges them into its float32 base weights, so the merged
+        weight is rounded once, when the engine loads it."""
         if self.lora is not None:  # the adapters only: the engines hold the base model
             return adapter_weights(self.actor)
         n = len(_ACTOR)
         tied = bool(getattr(self.actor.config, "tie_word_embeddings", False))
+        dtype = self.compute_dtype
         return {
-            k[n:]: full(v).detach().cpu()  # FSDP: gathered by every learner together
+            # FSDP: each shard is cast, then gathered by every learner together.
+            k[n:]: full(v.detach().to(dtype)).cpu()
             for k, v in self.state_dict().items()
             if k.startswith(_ACTOR) and not (tied and k[n:] == "lm_head.weight")
         }
@@ -196,3 +213,12 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             )
             return
         self.load_state_dict(tensors, strict=False)
+
+
+def hold_frozen_in(net: nn.Module, dtype: torch.dtype) -> None:
+    """Cast ``net``'s frozen floating-point parameters to ``dtype`` in place (trainable
+    ones stay as they are; a parameter shared by two modules, a tied head, is cast
+    once and stays shared)."""
+    for p in net.parameters():
+        if not p.requires_grad and p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)

@@ -133,5 +133,7 @@ def export_module(
 
 def _merged(net: torch.nn.Module, lora: bool) -> torch.nn.Module:
     """``net`` with its LoRA adapters merged into the base weights (``net`` itself
-    when there are none)."""
-    return net.merge_and_unload() if lora else net
+    when there are none). The merge runs in float32: under ``model_dtype: bfloat16``
+    the learner holds its frozen base in bfloat16, and adding the float32 update to
+    a bfloat16 weight would round the update before the export's own cast."""
+    return net.float().merge_and_unload() if lora else net
