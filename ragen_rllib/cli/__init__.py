@@ -1,5 +1,6 @@
-"""The ``rllib`` command: ``rllib train file <yaml>``, ``rllib evaluate <checkpoint>``,
-``rllib export <checkpoint> <dir>``, ``rllib rollouts <run dir>`` and ``rllib report <run dir>``.
+"""The ``rllib`` command: ``rllib train file <yaml>``, ``rllib plan <yaml>``,
+``rllib evaluate <checkpoint>``, ``rllib export <checkpoint> <dir>``,
+``rllib rollouts <run dir>`` and ``rllib report <run dir>``.
 
 Ray 2.60 ships no ``rllib`` console script, so the project provides one for the
 classic experiment YAML format (:mod:`ragen_rllib.cli.experiments`); training
@@ -17,6 +18,7 @@ import sys
 from ragen_rllib.cli.evaluate import evaluate
 from ragen_rllib.cli.experiments import UsageError
 from ragen_rllib.cli.export import export
+from ragen_rllib.cli.plan import add_hardware_flags, plan_command
 from ragen_rllib.cli.report import report
 from ragen_rllib.cli.rollouts import rollouts
 from ragen_rllib.cli.train import train
@@ -50,8 +52,18 @@ def main(argv: list[str] | None = None) -> int:
         "--dry-run",
         action="store_true",
         help="load the file and check every experiment (every grid point, and the GPUs "
-        "it asks for), print what was checked and exit 0, without starting Ray",
+        "it asks for), print each one's placement and memory plan (as rllib plan) and "
+        "exit, without starting Ray",
     )
+    add_hardware_flags(p_file)
+    p_plan = sub.add_parser(
+        "plan",
+        help="where each piece of each experiment runs and the memory of every device, "
+        "from the model's config.json (no weights, no Ray)",
+    )
+    p_plan.add_argument("file")
+    p_plan.add_argument("--config", help="JSON object merged into every experiment's config")
+    add_hardware_flags(p_plan)
     p_eval = sub.add_parser("evaluate", help="evaluate a checkpoint on fixed initial states")
     p_eval.add_argument("checkpoint")
     # Defaults: the checkpoint's own eval_num_states, eval_temperature and eval_seed.
@@ -110,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "export": export,
             "rollouts": rollouts,
             "report": report,
+            "plan": plan_command,
         }
         return commands[args.command](args)
     except UsageError as err:

@@ -197,13 +197,22 @@ def split_grid_search(user: dict[str, Any]) -> tuple[dict[str, Any], dict[str, l
     return base, grid
 
 
-def build_config(exp: dict[str, Any], overrides: dict[str, Any], name: str | None = None):
+def build_config(
+    exp: dict[str, Any],
+    overrides: dict[str, Any],
+    name: str | None = None,
+    *,
+    hardware=None,
+    model: bool = True,
+):
     """(checked StarPOConfig, grid) for one experiment.
 
     Every point of a ``grid_search`` sweep is built and checked here, so a bad
     value anywhere in the grid fails before Ray starts; the returned config
-    holds the grid's first point. With `name` (and no RAY_ADDRESS), every point's
-    GPU demand is also checked against this machine's GPUs.
+    holds the grid's first point. With `name`, every point's GPU demand is also
+    checked against `hardware` (default: this machine's GPUs, unless RAY_ADDRESS
+    names a cluster). ``model=False`` skips loading the model (a plan for
+    another machine reads only its shape).
     """
     from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 
@@ -225,7 +234,7 @@ def build_config(exp: dict[str, Any], overrides: dict[str, Any], name: str | Non
         raise UsageError(
             f"the grid over {sorted(grid)} has {len(points)} points; at most {MAX_GRID_POINTS}"
         )
-    check_gpus = name is not None and not os.environ.get("RAY_ADDRESS")
+    check_gpus = name is not None and (hardware is not None or not os.environ.get("RAY_ADDRESS"))
 
     def point_error(err: Exception, values: dict[str, Any]) -> Exception:
         return type(err)(f"{err} (grid point {values})")
@@ -239,13 +248,13 @@ def build_config(exp: dict[str, Any], overrides: dict[str, Any], name: str | Non
             config = StarPOConfig.from_user_dict({**base, **values})
             config.check_values()
             if check_gpus:
-                check_local_gpus(name, config)
+                check_gpus_available(name, config, hardware)
         except (ValueError, UsageError) as err:
             if not grid:
                 raise
             raise point_error(err, values) from err
         configs.append((config, values))
-    for config, values in configs:
+    for config, values in configs if model else ():
         try:
             config.check_model()
         except (ValueError, FileNotFoundError) as err:
@@ -268,21 +277,23 @@ def param_space(config, grid: dict[str, list[Any]]) -> Any:
     return space
 
 
-def check_local_gpus(name: str, config) -> None:
-    """Fail now, not as a trial that waits forever for GPUs this machine does not have."""
-    learners = max(1, config.num_learners)
-    needed = config.num_gpus_per_learner * learners
-    needed += config.num_gpus_per_env_runner * max(1, config.num_env_runners)
+def check_gpus_available(name: str, config, hardware=None) -> None:
+    """Fail now, not as a trial that waits forever for GPUs the machine (or the
+    described cluster) does not have."""
+    from ragen_rllib.planning.placement import gpus_asked, local_hardware
+
+    needed = gpus_asked(config)
     if needed <= 0:
         return
-    import torch
-
-    have = torch.cuda.device_count()
+    hardware = hardware or local_hardware()
+    have = hardware.nodes * hardware.gpus_per_node
     if have < needed:
         raise UsageError(
             f"experiment {name!r} asks for {needed:g} GPU(s) (num_gpus_per_learner="
             f"{config.num_gpus_per_learner}, num_learners={config.num_learners}, "
-            f"num_gpus_per_env_runner={config.num_gpus_per_env_runner}) and this machine "
-            f"has {have}. Use a *_cpu.yaml example, override with --config "
-            "'{\"num_gpus_per_learner\": 0}', or set RAY_ADDRESS to join a cluster with GPUs."
+            f"num_gpus_per_env_runner={config.num_gpus_per_env_runner}, num_env_runners="
+            f"{config.num_env_runners}) and {hardware.source} has {have}. Use a *_cpu.yaml "
+            "example, override with --config '{\"num_gpus_per_learner\": 0}', describe the "
+            "target with --gpus/--gpu-memory (--dry-run, rllib plan), or set RAY_ADDRESS to "
+            "join a cluster with GPUs."
         )

@@ -27,6 +27,7 @@ from ragen_rllib.cli.experiments import (
     load_experiments,
     param_space,
 )
+from ragen_rllib.cli.plan import hardware_from, plan_text
 
 
 def header(name: str, config, grid: dict, storage: str) -> str:
@@ -173,8 +174,12 @@ def train(args: argparse.Namespace) -> int:
         raise UsageError(f"--num-cpus {args.num_cpus} is invalid; allowed: an integer >= 1")
     # Every experiment (every grid point, and its GPUs when Ray is local) is checked
     # before Ray starts.
+    hardware = hardware_from(args) if args.dry_run else None
+    described = args.dry_run and (args.gpus is not None or args.nodes or args.gpu_memory)
     configs = {
-        name: build_config(exp, config_override, name=name) for name, exp in experiments.items()
+        # A plan for described hardware (another machine) reads only the model's shape.
+        name: build_config(exp, config_override, name=name, hardware=hardware, model=not described)
+        for name, exp in experiments.items()
     }
     storages = {
         name: os.path.abspath(
@@ -190,10 +195,15 @@ def train(args: argparse.Namespace) -> int:
             check_resumable(os.path.join(storages[name], name), name)
     extra_callbacks = {name: wandb_callbacks(args.wandb, name) for name in experiments}
     if args.dry_run:
-        for name, (_, grid) in configs.items():
+        fits = True
+        for name, (config, grid) in configs.items():
+            text, ok = plan_text(name, config, grid, hardware, args.trajectory_tokens)
             points = len(list(itertools.product(*grid.values())))
-            print(f"experiment {name!r}: OK ({points} config(s) checked)")
-        return 0
+            print(f"{text}\nexperiment {name!r}: OK ({points} config(s) checked)", flush=True)
+            if not ok:
+                print(f"experiment {name!r}: a device does not fit (see 'to fit' above)")
+            fits = fits and ok
+        return 0 if fits else 1
 
     # Tune snapshots its experiment state (trial statuses, their newest checkpoints,
     # result.json) into the storage path every few seconds by default; a run killed

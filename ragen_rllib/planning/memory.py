@@ -9,8 +9,8 @@ model of each component:
   only and keeps the frozen base in ``model_dtype``; FSDP divides all of it by
   the number of learners and adds the buffers of two gathered layers.
 - **Activations** of one micro-batch of T tokens, per layer, in the compute
-  dtype: what a decoder layer keeps for its backward pass (about 8 hidden
-  widths, 3 KV widths and 4 MLP widths per token, plus RMSNorm's fp32 copies).
+  dtype: what a decoder layer keeps for its backward pass (per token about 6
+  hidden, 6 query, 6 KV and 4 MLP widths).
   With gradient checkpointing only each layer's input is kept, and one layer is
   recomputed at a time.
 - **LM head**: the learner scores response positions only, in chunks of at most
@@ -71,11 +71,17 @@ class Workload:
         return self.rows_per_microbatch * self.trajectory_tokens
 
 
-def workload(config, num_learners: int, trajectory_tokens: int | None = None) -> Workload:
-    """Worst case by default: every training sequence at the context limit."""
+def workload(
+    config,
+    num_learners: int,
+    trajectory_tokens: int | None = None,
+    response_tokens: int | None = None,
+) -> Workload:
+    """Worst case by default: every training sequence at the context limit, with as
+    many generated tokens as its turns allow."""
     tokens = int(trajectory_tokens or config.max_context_tokens)
     turns = 1 if config.context_window is not None else config.max_turns
-    response = min(tokens, turns * config.max_new_tokens)
+    response = min(tokens, response_tokens or turns * config.max_new_tokens)
     per_learner = max(1, -(-config.minibatch_size // num_learners))
     rows = per_learner
     if config.max_tokens_per_microbatch:
@@ -85,9 +91,13 @@ def workload(config, num_learners: int, trajectory_tokens: int | None = None) ->
 
 def layer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int) -> int:
     """What one decoder layer keeps for backward for ``tokens`` tokens."""
-    h, kv, i = shape.hidden, shape.kv_dim, shape.intermediate
-    kept = (8 * h + 3 * kv + 4 * i) * dtype_bytes + 2 * h * 4  # + RMSNorm's fp32 copies
-    return tokens * kept
+    h, kv, i, q = shape.hidden, shape.kv_dim, shape.intermediate, shape.heads * shape.head_dim
+    # Two RMSNorms (input, squared input, normalised: 3 widths each); queries, keys and
+    # values before and after the rotary embedding, the keys and values repeated to
+    # the query heads, the attention output; the MLP's gate, its activation, up and
+    # their product.
+    kept = 6 * h + 6 * q + 6 * kv + 4 * i
+    return tokens * kept * dtype_bytes
 
 
 def activation_line(shape: ModelShape, load: Workload, dtype_bytes: int, checkpointing: bool):
@@ -117,7 +127,7 @@ def learner_lines(config, shape: ModelShape, num_learners: int, load: Workload) 
     shard = num_learners if fsdp else 1
     model_bytes = DTYPE_BYTES[config.model_dtype]
     params = shape.params()
-    how = f"/ {shard} (FSDP)" if fsdp else ""
+    how = f" / {shard} (FSDP)" if fsdp else ""
     lines = []
     if config.lora_rank:
         trainable = shape.lora_params(config.lora_rank)
@@ -125,18 +135,20 @@ def learner_lines(config, shape: ModelShape, num_learners: int, load: Workload) 
             Line(
                 "weights (frozen base)",
                 params * model_bytes // shard,
-                f"{params / 1e6:,.0f}M x {model_bytes} B {how}".strip(),
+                f"{params / 1e6:,.0f}M x {model_bytes} B{how}",
             )
         )
         lines.append(Line("weights (LoRA adapters, fp32)", trainable * 4 // shard, ""))
     else:
         trainable = params
         lines.append(
-            Line("weights (fp32 master)", params * 4 // shard, f"{params / 1e6:,.0f}M x 4 B {how}")
+            Line("weights (fp32 master)", params * 4 // shard, f"{params / 1e6:,.0f}M x 4 B{how}")
         )
-    lines.append(Line("gradients (fp32)", trainable * 4 // shard, f"{trainable / 1e6:,.1f}M x 4 B"))
     lines.append(
-        Line("AdamW moments (fp32)", trainable * 8 // shard, f"{trainable / 1e6:,.1f}M x 8 B")
+        Line("gradients (fp32)", trainable * 4 // shard, f"{trainable / 1e6:,.1f}M x 4 B{how}")
+    )
+    lines.append(
+        Line("AdamW moments (fp32)", trainable * 8 // shard, f"{trainable / 1e6:,.1f}M x 8 B{how}")
     )
     if fsdp:
         gathered = 2 * shape.layer_params() * model_bytes

@@ -142,6 +142,16 @@ def vllm_memory_share(config, model_path: str) -> float:
     return min(0.9, (need + GIB) / total)
 
 
+def gpus_asked(config) -> float:
+    """The GPUs RLlib asks Ray for: the driver's (the learner's, with num_learners 0),
+    each remote learner's and each remote runner's."""
+    learners = config.num_learners if config.num_learners else 1
+    return (
+        config.num_gpus_per_learner * learners
+        + config.num_gpus_per_env_runner * config.num_env_runners
+    )
+
+
 def _layout(config) -> str:
     learner_gpu = config.num_gpus_per_learner > 0
     if config.num_env_runners == 0 and config.num_learners == 0 and learner_gpu:
@@ -329,10 +339,16 @@ def render(p: Plan, shape: ModelShape) -> str:
             f"    {piece.name:<9} node {piece.node}  {piece.gpu:<14} {piece.holds:<22} {piece.why}"
         )
     out.append("  memory (estimated peak per device)")
+    # Devices holding the same pieces (the learners of a group, say) are shown once.
+    groups: dict[tuple, list[Device]] = {}
     for dev in p.devices:
+        groups.setdefault((repr(dev.phases), dev.capacity), []).append(dev)
+    for same in groups.values():
+        dev = same[0]
         cap = f" of {fmt_bytes(dev.capacity)}" if dev.capacity else ""
         verdict = "fits" if dev.fits() else "DOES NOT FIT"
-        out.append(f"    {dev.label}: {fmt_bytes(dev.peak())}{cap} ({dev.peak_phase()}): {verdict}")
+        label = dev.label if len(same) == 1 else f"{', '.join(d.label for d in same)} (each)"
+        out.append(f"    {label}: {fmt_bytes(dev.peak())}{cap} ({dev.peak_phase()}): {verdict}")
         for phase, lines in dev.phases.items():
             if len(dev.phases) > 1:
                 out.append(f"      during {phase}: {fmt_bytes(sum(x.bytes for x in lines))}")

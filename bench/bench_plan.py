@@ -1,0 +1,187 @@
+"""The memory planner's estimate against the measured peak of one learner update.
+
+Each case runs one update (forward, loss, backward, AdamW step) in a fresh
+process through the project's learner (bench/bench_learner_memory.py's
+machinery) and prints its peak resident memory (ru_maxrss; peak CUDA memory on
+a GPU) beside what ``ragen_rllib.planning`` estimates for the same config and
+lengths, and the relative error:
+
+    python bench/bench_plan.py                   # the built-in model's cases
+    python bench/bench_plan.py --cases all       # also the 0.5B-shaped ones (~10 GB, minutes)
+
+Cases (fp32, one learner, GRPO unless named):
+- ``builtin-nockpt``: the built-in model, 32 rows of 2,048 tokens in one pass,
+  no checkpointing (activations dominate);
+- ``builtin-ckpt``: the same with gradient checkpointing;
+- ``builtin-micro``: the same in micro-batches of 8,192 tokens;
+- ``builtin-critic``: the micro-batched case with a critic (GAE);
+- ``qwen05b-micro4`` / ``qwen05b-micro2``: the 0.5B-shaped model, 4 / 2 rows of
+  1,536 tokens, micro-batches of one row, checkpointing (weights, gradients and
+  AdamW state dominate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location(
+    "bench_learner_memory", HERE / "bench_learner_memory.py"
+)
+memory_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(memory_bench)
+
+BUILTIN = {"model": "builtin", "rows": 32, "prompt": 1536, "response": 512}
+CASES = {
+    "builtin-nockpt": {**BUILTIN, "micro_tokens": None, "checkpointing": False},
+    "builtin-ckpt": {**BUILTIN, "micro_tokens": None, "checkpointing": True},
+    "builtin-micro": {**BUILTIN, "micro_tokens": 8192, "checkpointing": False},
+    "builtin-critic": {
+        **BUILTIN,
+        "micro_tokens": 8192,
+        "checkpointing": False,
+        "estimator": "gae",
+    },
+    "qwen05b-micro4": {
+        "model": "qwen05b",
+        "rows": 4,
+        "prompt": 1000,
+        "response": 536,
+        "micro_tokens": 1536,
+        "checkpointing": True,
+    },
+    "qwen05b-micro2": {
+        "model": "qwen05b",
+        "rows": 2,
+        "prompt": 1000,
+        "response": 536,
+        "micro_tokens": 1536,
+        "checkpointing": True,
+    },
+}
+
+
+def case_config(case: dict, model_path: str):
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+
+    return StarPOConfig.from_user_dict(
+        {
+            "env": "ragen/Bandit-v0",
+            "llm": model_path,
+            "advantage_estimator": case.get("estimator", "grpo"),
+            "env_groups": 1,
+            "group_size": case["rows"],
+            "minibatch_size": case["rows"],
+            "filter_keep_ratio": 1.0,
+            "max_context_tokens": 4096,
+            "max_tokens_per_microbatch": case["micro_tokens"],
+            "gradient_checkpointing": case["checkpointing"],
+        }
+    )
+
+
+def estimate(case: dict, model_path: str) -> dict:
+    from ragen_rllib.planning.memory import CPU_RUNTIME_BYTES, learner_lines, workload
+    from ragen_rllib.planning.shapes import load_shape
+
+    config = case_config(case, model_path)
+    load = workload(config, 1, case["prompt"] + case["response"], case["response"])
+    lines = learner_lines(config, load_shape(model_path), 1, load)
+    total = CPU_RUNTIME_BYTES + sum(x.bytes for x in lines)
+    return {"estimate_gib": round(total / 2**30, 2), "lines": {x.component: x.bytes for x in lines}}
+
+
+def measure(name: str, model_path: str) -> dict:
+    """One update in this process (run as a child): its peak memory."""
+    import resource
+
+    import torch
+
+    from ragen_rllib.env_runner.llm_env_runner import token_spaces
+
+    case = CASES[name]
+    torch.set_num_threads(2)
+    config = case_config(case, model_path)
+    vocab = json.loads(Path(model_path, "config.json").read_text())["vocab_size"]
+    learner = config.build_learner(spaces={"default_policy": token_spaces(vocab, 4096)})
+    learner.build()
+    n, prompt, response = case["rows"], case["prompt"], case["response"]
+    length = prompt + response
+    g = torch.Generator().manual_seed(0)
+    batch = {
+        "input_ids": torch.randint(0, vocab, (n, length), generator=g),
+        "attention_mask": torch.ones((n, length), dtype=torch.long),
+        "response_mask": torch.cat([torch.zeros((n, prompt)), torch.ones((n, response))], 1),
+        "behaviour_logp": torch.full((n, length), -5.0),
+        "advantages": torch.randn((n, length), generator=g),
+    }
+    if case.get("estimator") == "gae":
+        batch["value_targets"] = torch.randn((n, length), generator=g)
+        batch["old_values"] = torch.zeros((n, length))
+    start = time.perf_counter()
+    learner._uncompiled_update({"default_policy": batch})
+    return {
+        "update_s": round(time.perf_counter() - start, 1),
+        "measured_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="builtin", help="builtin, all, or names")
+    parser.add_argument("--model-dir", default=None, help="a 0.5B-shaped model built before")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model-path", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.child, args.model_path)))
+        return 0
+    if args.cases == "builtin":
+        names = [n for n in CASES if n.startswith("builtin")]
+    elif args.cases == "all":
+        names = list(CASES)
+    else:
+        names = args.cases.split(",")
+    from ragen_rllib.models.resolve import resolve_model
+
+    paths = {"builtin": resolve_model("builtin")}
+    if any(CASES[n]["model"] == "qwen05b" for n in names):
+        model_dir = args.model_dir or tempfile.mkdtemp(prefix="qwen05b-")
+        if not os.path.exists(os.path.join(model_dir, "config.json")):
+            memory_bench.build_model(model_dir)
+        paths["qwen05b"] = model_dir
+    rows = []
+    for name in names:
+        path = paths[CASES[name]["model"]]
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", name, "--model-path", path],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        row = {"case": name, **estimate(CASES[name], path)}
+        if proc.returncode == 0:
+            row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+            row["error"] = round(row["estimate_gib"] / row["measured_gib"] - 1, 3)
+        else:
+            row["failed"] = proc.returncode
+            row["last_error"] = (proc.stderr.strip().splitlines() or [""])[-1]
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "lines"}), flush=True)
+    print()
+    print("| case | estimate (GiB) | measured peak (GiB) | error |")
+    print("|---|---|---|---|")
+    for row in rows:
+        err = f"{row['error']:+.1%}" if "error" in row else "failed"
+        print(f"| {row['case']} | {row['estimate_gib']} | {row.get('measured_gib', '-')} | {err} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

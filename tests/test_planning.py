@@ -1,0 +1,205 @@
+"""The placement and memory planner: model shapes from config.json, where each piece
+goes on the described hardware, each device's memory, and the commands that print
+them (rllib plan, rllib train file --dry-run). No Ray, no weights."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import private_env, tiny_config
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from ragen_rllib.cli.experiments import UsageError
+from ragen_rllib.cli.plan import parse_size
+from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.planning.memory import GIB, learner_lines, workload
+from ragen_rllib.planning.placement import Hardware, PlacementError, gpus_asked, plan, render
+from ragen_rllib.planning.shapes import KNOWN_CONFIGS, ModelShape, known_shape, load_shape
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def h100(gpus: int = 1, nodes: int = 1) -> Hardware:
+    return Hardware(nodes, gpus // nodes, 80 * GIB, f"--gpus {gpus}")
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_CONFIGS))
+def test_parameter_counts_equal_the_models_built_from_the_same_config(name):
+    """Counted from the shape = counted from a model built (on the meta device) from
+    the same config, for every known shape and the built-in model."""
+    cfg = AutoConfig.from_pretrained(resolve_model("builtin"))  # a Qwen2 config
+    for key, value in KNOWN_CONFIGS[name].items():
+        setattr(cfg, key, value)
+    cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
+    cfg.layer_types = ["full_attention"] * cfg.num_hidden_layers
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    real = sum(p.numel() for p in model.parameters())  # a tied head once
+    assert known_shape(name).params() == real
+
+
+def test_the_builtin_models_shape_is_read_from_its_config_json():
+    shape = load_shape("builtin")
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("builtin"))
+    assert shape.source == "config.json"
+    assert shape.params() == sum(p.numel() for p in model.parameters())
+    # The published size of Qwen2.5-0.5B: 494M parameters (0.49B).
+    assert round(known_shape(QWEN).params() / 1e6) == 494
+
+
+def test_a_config_without_the_sizes_is_refused_by_name():
+    with pytest.raises(ValueError, match="'hidden_size'"):
+        ModelShape.from_config({"vocab_size": 10}, "odd")
+
+
+def test_sizes_parse_and_bad_ones_are_refused():
+    assert parse_size("24GiB") == 24 * GIB and parse_size("80GB") == 80 * 10**9
+    assert parse_size("40G") == 40 * GIB
+    for bad in ("lots", "-3GiB", "24 TB", ""):
+        with pytest.raises(UsageError, match="--gpu-memory"):
+            parse_size(bad)
+
+
+def sokoban(**overrides):
+    """The paper's setup as in tuned_examples/sokoban_starpo.yaml (one GPU)."""
+    base = {
+        "env": "ragen/SimpleSokoban-v0",
+        "llm": "builtin",
+        "model_dtype": "bfloat16",
+        "num_gpus_per_learner": 1,
+        "env_groups": 8,
+        "group_size": 16,
+        "max_turns": 5,
+        "max_new_tokens": 200,
+        "minibatch_size": 32,
+        "filter_keep_ratio": 0.25,
+        "advantage_estimator": "gae",
+        "gradient_checkpointing": True,
+        "max_tokens_per_microbatch": 16384,
+    }
+    return tiny_config(**{**base, **overrides})
+
+
+def test_one_gpu_colocates_learner_and_engine_and_counts_the_sleep():
+    shape = known_shape(QWEN)
+    laid = plan(sokoban(), shape, h100())
+    assert laid.layout == "colocated" and len(laid.pieces) == 1 and len(laid.devices) == 1
+    driver = laid.pieces[0]
+    assert driver.gpu == "GPU 0" and "learner" in driver.holds and "engine (hf)" in driver.holds
+    dev = laid.devices[0]
+    rollout = {x.component for x in dev.phases["rollout"]}
+    update = {x.component for x in dev.phases["update"]}
+    # While sampling: the learner's weights and optimizer state stay, no gradients, no
+    # activations; during the update the engine (level 2) holds nothing.
+    assert "gradients (fp32)" not in rollout and "engine KV buffer" in rollout
+    assert "activations (one micro-batch)" in update and not any("engine" in c for c in update)
+    level0 = plan(sokoban(engine_sleep_level=0), shape, h100())
+    assert level0.devices[0].peak() > dev.peak()  # the engine stays during the update
+    assert dev.fits()
+
+
+def test_split_async_places_runners_and_learners_on_their_own_gpus():
+    laid = plan(
+        sokoban(num_env_runners=1, num_gpus_per_env_runner=1, async_rollouts=True, num_learners=1),
+        known_shape(QWEN),
+        h100(2),
+    )
+    assert laid.layout == "split"
+    gpus = {p.name: (p.node, p.gpu) for p in laid.pieces}
+    assert gpus["learner 0"][1] != gpus["runner 1"][1]
+    assert sorted(d.label for d in laid.devices if "GPU" in d.label) == [
+        "node 0 GPU 0",
+        "node 0 GPU 1",
+    ]
+
+
+def test_eight_gpus_on_two_nodes_shard_the_learner_state_with_fsdp():
+    shape = known_shape("Qwen/Qwen2.5-7B-Instruct")
+    config = sokoban(
+        llm="builtin",
+        num_learners=6,
+        learner_strategy="fsdp",
+        num_env_runners=2,
+        num_gpus_per_env_runner=1,
+        async_rollouts=True,
+        advantage_estimator="grpo",
+    )
+    laid = plan(config, shape, h100(8, nodes=2))
+    learners = [p for p in laid.pieces if p.name.startswith("learner")]
+    assert len(learners) == 6 and {p.node for p in learners} == {0, 1}
+    assert any("span nodes" in n for n in laid.notes)
+    one = learner_lines(config, shape, 6, workload(config, 6))
+    full = learner_lines(config.copy(copy_frozen=False), shape, 1, workload(config, 1))
+    adam = {x.component: x.bytes for x in one}["AdamW moments (fp32)"]
+    assert adam == {x.component: x.bytes for x in full}["AdamW moments (fp32)"] // 6
+
+
+def test_more_gpus_than_there_are_is_a_clear_error():
+    config = sokoban(num_learners=2, num_env_runners=1, num_gpus_per_env_runner=1)
+    assert gpus_asked(config) == 3
+    with pytest.raises(PlacementError, match="none is left.*2 GPU"):
+        plan(config, known_shape(QWEN), h100(2))
+    # num_env_runners 0: the engine is in the driver, which asks for no GPU of its own.
+    assert gpus_asked(sokoban(num_gpus_per_env_runner=1)) == 1
+
+
+def test_a_plan_that_does_not_fit_names_the_knob():
+    laid = plan(
+        sokoban(gradient_checkpointing=False, max_tokens_per_microbatch=None),
+        known_shape(QWEN),
+        Hardware(1, 1, 24 * GIB, "--gpus 1"),
+    )
+    assert not laid.fits()
+    text = render(laid, known_shape(QWEN))
+    assert "DOES NOT FIT" in text and "gradient_checkpointing: true" in text
+
+
+def run_cli(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "ragen_rllib.cli", *args],
+        cwd=tmp_path,
+        env=private_env(tmp_path, HF_HUB_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_dry_run_prints_the_plan_of_the_gpu_example_for_described_hardware(tmp_path):
+    """The paper's example on one 80 GiB GPU, checked here without a GPU or the model's
+    weights (the hub is off: the known shape is used)."""
+    proc = run_cli(
+        tmp_path,
+        "train", "file", str(ROOT / "tuned_examples" / "sokoban_starpo.yaml"),
+        "--dry-run", "--gpus", "1", "--gpu-memory", "80GiB",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "layout     colocated" in out and "known shape" in out
+    assert "driver    node 0  GPU 0" in out and "fits" in out
+    assert "OK (1 config(s) checked)" in out
+
+
+def test_rllib_plan_exits_1_when_a_device_does_not_fit(tmp_path):
+    proc = run_cli(
+        tmp_path,
+        "plan", str(ROOT / "tuned_examples" / "sokoban_starpo.yaml"),
+        "--gpus", "1", "--gpu-memory", "8GiB",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "DOES NOT FIT" in proc.stdout and "to fit:" in proc.stdout
+    bad = run_cli(
+        tmp_path,
+        "plan",
+        str(ROOT / "tuned_examples" / "bandit_cpu.yaml"),
+        "--gpus",
+        "3",
+        "--nodes",
+        "2",
+    )
+    assert bad.returncode == 2 and "--nodes" in bad.stderr
