@@ -2,12 +2,17 @@
 
 Each case runs one update (forward, loss, backward, AdamW step) in a fresh
 process through the project's learner (bench/bench_learner_memory.py's
-machinery) and prints its peak resident memory (ru_maxrss; peak CUDA memory on
-a GPU) beside what ``ragen_rllib.planning`` estimates for the same config and
-lengths, and the relative error:
+machinery) and prints its peak resident memory (ru_maxrss) beside what
+``ragen_rllib.planning`` estimates for the same config and lengths, and the
+relative error. Each case runs twice: with glibc's default allocation, whose
+heap keeps freed memory resident (so the peak also holds what earlier
+micro-batches freed), and with ``MALLOC_MMAP_THRESHOLD_=65536``, which maps
+every large block on its own and returns it when freed (the peak of the live
+tensors, what the planner models):
 
     python bench/bench_plan.py                   # the built-in model's cases
     python bench/bench_plan.py --cases all       # also the 0.5B-shaped ones (~10 GB, minutes)
+    python bench/bench_plan.py --table           # the planner's table for Qwen2.5 0.5B-7B
 
 Cases (fp32, one learner, GRPO unless named):
 - ``builtin-nockpt``: the built-in model, 32 rows of 2,048 tokens in one pass,
@@ -134,13 +139,80 @@ def measure(name: str, model_path: str) -> dict:
     }
 
 
+LAYOUTS = {
+    "1 GPU, colocated": (1, {}),
+    "2 GPUs, split": (2, {"num_env_runners": 1, "num_gpus_per_env_runner": 1}),
+    "4 GPUs: 3 FSDP learners + 1 runner": (
+        4,
+        {"num_learners": 3, "learner_strategy": "fsdp", "num_env_runners": 1,
+         "num_gpus_per_env_runner": 1},
+    ),
+    "8 GPUs: 6 FSDP learners + 2 runners": (
+        8,
+        {"num_learners": 6, "learner_strategy": "fsdp", "num_env_runners": 2,
+         "num_gpus_per_env_runner": 1},
+    ),
+}  # fmt: skip
+
+
+def table() -> None:
+    """The planner's peaks for the Qwen2.5 sizes in the paper's Sokoban setup
+    (tuned_examples/sokoban_starpo.yaml: PPO with a critic, bf16, P=8 x N=16,
+    4,096-token context, checkpointing, 16,384-token micro-batches)."""
+    import yaml
+
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.planning.memory import GIB
+    from ragen_rllib.planning.placement import Hardware, plan
+    from ragen_rllib.planning.shapes import KNOWN_CONFIGS, known_shape
+
+    exp = next(
+        iter(
+            yaml.safe_load(
+                (HERE.parent / "tuned_examples/sokoban_starpo.yaml").read_text()
+            ).values()
+        )
+    )
+    print("| model | layout | learner GPU peak | runner GPU peak | 24 GiB cards | 80 GiB cards |")
+    print("|---|---|---|---|---|---|")
+    for name in sorted(KNOWN_CONFIGS, key=lambda n: known_shape(n).params()):
+        shape = known_shape(name)
+        for layout, (gpus, extra) in LAYOUTS.items():
+            cfg = StarPOConfig.from_user_dict(
+                {**exp["config"], "env": exp["env"], "llm": "builtin", **extra}
+            )
+            verdicts, peaks = [], {}
+            for memory in (24, 80):
+                laid = plan(
+                    cfg,
+                    shape,
+                    Hardware(1 if gpus < 8 else 2, gpus if gpus < 8 else 4, memory * GIB, "table"),
+                )
+                verdicts.append("fits" if laid.fits() else "no")
+                for dev in laid.devices:
+                    if "GPU" in dev.label:
+                        role = (
+                            "runner"
+                            if "rollout" in dev.phases and "update" not in dev.phases
+                            else "learner"
+                        )
+                        peaks[role] = max(peaks.get(role, 0), dev.peak())
+            runner = f"{peaks['runner'] / GIB:.1f}" if "runner" in peaks else "(same GPU)"
+            cells = [name.split("/")[1], layout, f"{peaks['learner'] / GIB:.1f} GiB", runner]
+            print("| " + " | ".join([*cells, *verdicts]) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="builtin", help="builtin, all, or names")
     parser.add_argument("--model-dir", default=None, help="a 0.5B-shaped model built before")
+    parser.add_argument("--table", action="store_true", help="the planner's table for Qwen2.5")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-path", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.table:
+        table()
+        return 0
     if args.child:
         print(json.dumps(measure(args.child, args.model_path)))
         return 0
@@ -161,25 +233,35 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         path = paths[CASES[name]["model"]]
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", name, "--model-path", path],
-            capture_output=True, text=True,
-        )  # fmt: skip
         row = {"case": name, **estimate(CASES[name], path)}
-        if proc.returncode == 0:
-            row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
-            row["error"] = round(row["estimate_gib"] / row["measured_gib"] - 1, 3)
-        else:
-            row["failed"] = proc.returncode
-            row["last_error"] = (proc.stderr.strip().splitlines() or [""])[-1]
+        # Twice: as glibc allocates by default (freed heap memory stays resident), and
+        # with large blocks mapped on their own so that freeing returns them (the peak
+        # of the live tensors, which is what the planner models).
+        for label, extra in (("", {}), ("_mmap", {"MALLOC_MMAP_THRESHOLD_": "65536"})):
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", name, "--model-path", path],
+                capture_output=True, text=True, env={**os.environ, **extra},
+            )  # fmt: skip
+            if proc.returncode == 0:
+                got = json.loads(proc.stdout.strip().splitlines()[-1])
+                row[f"measured{label}_gib"] = got["measured_gib"]
+                row[f"error{label}"] = round(row["estimate_gib"] / got["measured_gib"] - 1, 3)
+            else:
+                row[f"failed{label}"] = proc.returncode
+                row["last_error"] = (proc.stderr.strip().splitlines() or [""])[-1]
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "lines"}), flush=True)
     print()
-    print("| case | estimate (GiB) | measured peak (GiB) | error |")
+    print("| case | estimate (GiB) | peak RSS, default malloc | peak RSS, large blocks returned |")
     print("|---|---|---|---|")
     for row in rows:
-        err = f"{row['error']:+.1%}" if "error" in row else "failed"
-        print(f"| {row['case']} | {row['estimate_gib']} | {row.get('measured_gib', '-')} | {err} |")
+        cells = [row["case"], str(row["estimate_gib"])]
+        for label in ("", "_mmap"):
+            if f"error{label}" in row:
+                cells.append(f"{row[f'measured{label}_gib']} ({row[f'error{label}']:+.1%})")
+            else:
+                cells.append("failed")
+        print("| " + " | ".join(cells) + " |")
     return 0
 
 

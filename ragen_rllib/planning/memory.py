@@ -104,8 +104,8 @@ def activation_line(shape: ModelShape, load: Workload, dtype_bytes: int, checkpo
     t = load.microbatch_tokens
     full = shape.layers * layer_activation_bytes(shape, t, dtype_bytes)
     kept_inputs = shape.layers * t * shape.hidden * dtype_bytes
-    # One layer recomputed and its activation gradients, on top of the kept inputs.
-    ckpt = kept_inputs + 2 * layer_activation_bytes(shape, t, dtype_bytes)
+    # One layer recomputed at a time, on top of the kept inputs.
+    ckpt = kept_inputs + layer_activation_bytes(shape, t, dtype_bytes)
     used, other = (ckpt, full) if checkpointing else (full, ckpt)
     note = (
         f"{load.rows_per_microbatch} x {load.trajectory_tokens} tokens; "
