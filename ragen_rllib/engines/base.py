@@ -76,6 +76,9 @@ class RolloutEngine:
     sleep_level: int = 0
     #: released and not yet given new weights
     asleep: bool = False
+    #: the engine's lifecycle, oldest first: ("load" | "release" | "wake", policy
+    #: version, detail), the last 64 (for checks and logs)
+    events: list[tuple[str, int, str]] = []
     #: prompt tokens taken from the prefix cache instead of encoded, lifetime
     prompt_tokens_reused: int = 0
     model: Any = None
@@ -131,10 +134,8 @@ class RolloutEngine:
         """Undo :meth:`_sleep` (memory back, ready for new weights)."""
 
     def _log_event(self, what: str, detail: str) -> None:
-        """The engine's lifecycle, newest last (the last 64 events), for checks and logs."""
-        events = self.__dict__.setdefault("events", [])
-        events.append((what, self.policy_version, detail))
-        del events[:-64]
+        """Keep (what, policy version, detail) in :attr:`events`, the last 64."""
+        self.events = [*self.events[-63:], (what, self.policy_version, detail)]
 
     def clear_cache(self) -> None:
         """Forget every per-trajectory cache (call when its trajectories end)."""
