@@ -66,7 +66,7 @@ NONNEG = {
 }  # fmt: skip
 BOOL = {
     "whiten_advantages", "shuffle_batch_per_epoch", "async_rollouts", "restart_failed_env_runners",
-    "filter_include_zero",
+    "filter_include_zero", "gradient_checkpointing",
 }  # fmt: skip
 CHOICES = {
     "advantage_estimator": (
@@ -97,6 +97,7 @@ SPECIAL = {
     "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",
     "env", "env_module", "env_config", "filter_value", "loss_agg", "reward_norm_method",
     "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
+    "max_tokens_per_microbatch",
 }  # fmt: skip
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 NORM_METHODS = ("mean_std", "mean", "identity", "asym_clip")
@@ -180,6 +181,8 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return _int(v) and 1 <= v <= 1024
     if key == "eval_pass_k":  # each k must also be <= eval_samples_per_state
         return isinstance(v, list) and bool(v) and all(_int(k) and k >= 1 for k in v)
+    if key == "max_tokens_per_microbatch":
+        return v is None or (_int(v) and 1 <= v < 2**31)
     if key == "engine_sleep_level":  # > 0 only with the engine beside the learner
         return v is None or (_int(v) and v in (0, 1, 2))
     if key == "eval_suites":  # null, built-in names, or a mapping (checked in depth)
@@ -229,6 +232,7 @@ def valid_sample(key: str, rng: random.Random) -> Any:
         "eval_samples_per_state": rng.choice([1, 4, 8]),
         "eval_pass_k": rng.choice([[1], [1, 4]]),
         "engine_sleep_level": rng.choice([None, 0, 1, 2]),
+        "max_tokens_per_microbatch": rng.choice([None, 1024, 16384]),
         "eval_suites": rng.choice([None, ["bandit"], ["frozenlake", "sokoban"]]),
     }[key]
 
