@@ -349,3 +349,25 @@ def test_sampling_draws_tokens_with_their_probabilities():
     token, _ = _sample(logits, SamplingParams(temperature=1.0, top_p=0.8), gen)
     freq = torch.bincount(token, minlength=5).float() / len(token)
     assert torch.allclose(freq, torch.tensor([0.625, 0, 0.375, 0, 0]), atol=0.01)
+
+
+def test_a_first_prompt_is_encoded_once_per_sample(runner, monkeypatch):
+    """The N trajectories of a group share their first prompt: it is encoded once, and
+    every trajectory still holds those ids in a list of its own."""
+    chat = runner.chat
+    encoded: list[str] = []
+    original = chat.prompt_ids
+
+    def prompt_ids(text):
+        encoded.append(text)
+        return original(text)
+
+    monkeypatch.setattr(chat, "prompt_ids", prompt_ids)
+    trajs = runner.sample()
+    firsts = [t.turn_prompts[0] for t in trajs]
+    assert sorted(encoded) == sorted(set(firsts))  # one encode per distinct first prompt
+    assert len(encoded) < len(trajs)  # group_size 3: the copies were not encoded
+    for t in trajs:
+        ids = original(t.turn_prompts[0])
+        assert t.segments[0].input_ids[: len(ids)] == ids
+    assert len({id(t.segments[0].input_ids) for t in trajs}) == len(trajs)

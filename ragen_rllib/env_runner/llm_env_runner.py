@@ -252,6 +252,10 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         prompts: dict[int, list[int]] = {}
         texts: dict[int, list[str]] = {}
         answers: dict[int, list[tuple[list[int], bool]]] = {}
+        # The N trajectories of a group start from one state, so from one first prompt:
+        # each distinct first prompt is encoded once per call (encoding every copy was
+        # over half the runner's own time per Bandit sample; bench_async.py --device-time).
+        first_ids: dict[str, list[int]] = {}
         for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
             traj = Trajectory(
                 env_id=env_id, seed=seed, group=group, policy_version=self.engine.policy_version
@@ -266,7 +270,10 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             texts[i], answers[i] = [render_turn(1, obs, actions_left_of(info), None, style)], []
             traj.turn_observations.append(obs)
             traj.turn_prompts.append(with_instructions(env.unwrapped, texts[i][0], style))
-            prompts[i] = self.chat.prompt_ids(traj.turn_prompts[0])
+            first = traj.turn_prompts[0]
+            if first not in first_ids:
+                first_ids[first] = self.chat.prompt_ids(first)
+            prompts[i] = list(first_ids[first])
             if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(
                     f"the first prompt of {env_id} is {len(prompts[i])} tokens; with "
