@@ -165,7 +165,7 @@ def plot_curves(trials: list[Path], labels: list[str], results: list[list[dict]]
                         ms=3, lw=1.3, label=label or None)  # fmt: skip
                 drawn += 1
             warned = warning_iteration(rows)
-            if warned is not None:
+            if warned is not None and drawn:  # an empty panel gets no marker
                 ax.axvline(warned, color="red" if single else colours[t % len(colours)],
                            ls=":", lw=1.2)  # fmt: skip
         ax.set_title(title, fontsize=10)

@@ -61,22 +61,26 @@ def first_turn_pairs(
     trajectories: list[Trajectory], samples: int, think_end: int | None
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Up to ``samples`` (prompt ids, reasoning ids) pairs from the trajectories' first
-    turns: one trajectory of each group first (distinct prompts), then more of each
-    group in turn. The reasoning is the first answer up to and including the
-    ``think_end`` token (``</think>``), the whole answer without it."""
-    by_group: dict[Any, list[Trajectory]] = {}
+    turns, each with a different prompt (a group's rollouts share theirs, so at most
+    one per group; two groups from the same state count once). An identical prompt
+    would tie with a pair's own in every score, so retrieval could never pick it out.
+    The reasoning is the first answer up to and including the ``think_end`` token
+    (``</think>``), the whole answer without it."""
+    prompts, reasonings, seen = [], [], set()
     for t in trajectories:
-        if t.turn_spans and t.turn_spans[0][2] > t.turn_spans[0][1]:
-            by_group.setdefault(t.group, []).append(t)
-    order = [ts[k] for k in range(max(map(len, by_group.values()), default=0))
-             for ts in by_group.values() if k < len(ts)]  # fmt: skip
-    prompts, reasonings = [], []
-    for t in order[:samples]:
+        if len(prompts) == samples:
+            break
+        if not t.turn_spans or t.turn_spans[0][2] <= t.turn_spans[0][1]:
+            continue
         seg, start, _ = t.turn_spans[0]
+        prompt = t.segments[seg].input_ids[:start]
+        if tuple(prompt) in seen:
+            continue
+        seen.add(tuple(prompt))
         answer = t.turn_ids(0)
         if think_end is not None and think_end in answer:
             answer = answer[: answer.index(think_end) + 1]
-        prompts.append(t.segments[seg].input_ids[:start])
+        prompts.append(list(prompt))
         reasonings.append(list(answer))
     return prompts, reasonings
 
@@ -124,8 +128,15 @@ class CollapseWatch:
         prompts, reasonings = first_turn_pairs(
             trajectories, self.config.collapse_mi_samples, self._think_end
         )
-        if len(prompts) < 2:
-            return {}
+        if len(prompts) < 2:  # one distinct first prompt (Bandit's): nothing to compare
+            nan = float("nan")
+            return {
+                **dict.fromkeys(("mi", "mi_zscore", "conditional_entropy"), nan),
+                **dict.fromkeys(("retrieval_acc_at_1", "retrieval_chance"), nan),
+                "mi_samples": len(prompts),
+                "mi_s": time.perf_counter() - start,
+                "mi_iteration": iteration,
+            }
         results = learner_group.foreach_learner(
             lambda learner: learner.pair_loglik(prompts, reasonings)
         )

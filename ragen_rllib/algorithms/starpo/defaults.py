@@ -179,7 +179,7 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # collapse_entropy_spike times its median. collapse_guard: "off" (log it),
     # "checkpoint" (also save a checkpoint then), "stop" (also end the trial).
     "collapse_guard": "off",
-    # Every this many iterations (0: never) the actor scores collapse_mi_samples
+    # Every this many iterations (0: never) the actor scores up to collapse_mi_samples
     # first-turn reasonings under each other's prompts: RAGEN-2's mutual information
     # between prompts and reasoning, its z-score, H(Z|X) and retrieval accuracy.
     "collapse_metrics_interval": 10,
