@@ -109,6 +109,12 @@ class StarPOConfig(AlgorithmConfig):
         self.num_env_runners = 0  # one runner in the driver; raise for remote runners
         self.num_learners = 0
         self.env_runner_cls = LLMEnvRunner
+        # No sync of the runners' states after every iteration (as RLlib's IMPALA):
+        # the runners hold no connector state and the driver keeps the counters, and
+        # the sync is a blocking call on every runner, which queues behind the
+        # runner's sample and weight load when sampling is asynchronous (measured:
+        # bench/bench_async.py --device-time; the weights go by _push_weights).
+        self._dont_auto_sync_env_runner_states = True
         self.env = "ragen/SimpleSokoban-v0"
 
     def training(self, **kwargs: Any) -> StarPOConfig:
