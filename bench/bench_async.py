@@ -342,14 +342,19 @@ def _mean(values) -> float:
 
 
 def overhead_breakdown(
-    its: list[dict], walls: list[float], slept: list[float], calls: list[list[tuple]], dispatch
+    its: list[dict],
+    walls: list[float],
+    slept: list[float],
+    calls: list[list[tuple]],
+    dispatch,
+    since: float,
 ) -> dict[str, float]:
     """Milliseconds per iteration (the mean over the timed iterations), by part. Driver
     parts: ``its`` (the timed iterations' stopwatches), ``walls`` (each ``train()``
     call), ``slept`` (the learner's device seconds per iteration). Runner parts: each
-    runner's ``calls`` within the timed window, matched to the driver's ``dispatch``
-    times; a runner-side figure is the mean over the runners' calls (they run in
-    parallel)."""
+    runner's ``calls`` that began in the timed window (from ``since``), matched to the
+    driver's ``dispatch`` times; a runner-side figure is the mean over the runners'
+    calls (they run in parallel)."""
 
     def ms(x: float) -> float:
         return round(1000 * x, 2)
@@ -386,7 +391,10 @@ def overhead_breakdown(
     for runner in calls:
         prev_end = 0.0
         for kind, key, began, ended, inner in runner:
-            if kind == "sample" and key in dispatch["sample"]:
+            if began < since:  # before the timed window: it only delays the next call
+                if kind == "sample":
+                    ends[key] = ended
+            elif kind == "sample" and key in dispatch["sample"]:
                 sample_trip.append(began - max(dispatch["sample"][key], prev_end))
                 runner_sample.append(ended - began - inner)
                 ends[key] = ended
@@ -446,7 +454,7 @@ def run_device_time(config, warmup: int, iterations: int, rollout_s: float, upda
         logs = algo.env_runner_group.foreach_env_runner(
             lambda runner: runner.bench_log(), local_env_runner=False
         )
-        calls = [[c for c in log if c[2] >= began] for log in logs]
+        calls = [list(log) for log in logs]
         push_bytes = algo.bench_push_bytes
         dispatch = algo.bench_dispatch
     finally:
@@ -466,7 +474,7 @@ def run_device_time(config, warmup: int, iterations: int, rollout_s: float, upda
         "iteration_walls_s": [round(w, 3) for w in walls],
         "device_s_per_iteration": device,
         "overhead_ms": round(1000 * (per_it - device), 2),
-        "parts_ms": overhead_breakdown(its, walls, slept, calls, dispatch),
+        "parts_ms": overhead_breakdown(its, walls, slept, calls, dispatch, since=began),
         "timing_s": {
             key: mean_s(key)
             for key in ("sample_wait_s", "rollout_s", "update_s", "sync_s", "weights_load_s")
