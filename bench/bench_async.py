@@ -559,7 +559,9 @@ def device_time_main(args) -> int:
         "config": {**DEVICE_TIME_CONFIG, **overrides},
         "runs": [],
     }
-    root = tempfile.mkdtemp(prefix="bench-async-")
+    # The shaped model's folder (2 GB) is removed at the end, whatever happens.
+    root_dir = tempfile.TemporaryDirectory(prefix="bench-async-")
+    root = root_dir.name
     try:
         for model, n, ratio in settings:
             r_units, u_units = (float(x) for x in ratio.split(":"))
@@ -594,6 +596,7 @@ def device_time_main(args) -> int:
             figures["runs"].append(row)
     finally:
         ray.shutdown()
+        root_dir.cleanup()
     print(device_time_table(figures))
     print(json.dumps(figures, indent=2))
     if args.json:
