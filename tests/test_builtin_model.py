@@ -86,7 +86,7 @@ def ids_of(tokenizer, text):
 def test_tags_separator_and_action_names_are_single_tokens(tokenizer):
     for text in ("<think>", "</think>", "<answer>", "</answer>", "||", " ||", "\n"):
         assert len(ids_of(tokenizer, text)) == 1, text
-    for env_id in ragen_envs.ENV_IDS:
+    for env_id in ragen_envs.BUILTIN_MODEL_ENV_IDS:
         env = gym.make(env_id).unwrapped
         env.reset(seed=0)
         for name in env.action_names:
@@ -94,7 +94,7 @@ def test_tags_separator_and_action_names_are_single_tokens(tokenizer):
             assert len(ids_of(tokenizer, " " + name)) == 1, name
 
 
-@pytest.mark.parametrize("env_id", ragen_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", ragen_envs.BUILTIN_MODEL_ENV_IDS)
 def test_prompts_encode_losslessly_and_grids_cell_by_cell(tokenizer, env_id):
     env = gym.make(env_id).unwrapped
     fmt = ChatFormat(tokenizer)

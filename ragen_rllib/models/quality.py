@@ -38,8 +38,8 @@ def format_valid_rate(
 ) -> float:
     """Share of ``n`` sampled first-turn answers that parse as valid (format and actions).
 
-    Prompts cycle over every registered env id (reset seeds 100000+i), rendered
-    in ``prompt_style`` with the env's instructions in the same style; each
+    Prompts cycle over the env ids the model was pretrained on (reset seeds
+    100000+i), rendered in ``prompt_style`` with the env's instructions in the same style; each
     answer is ``"<think>"`` plus the generated text up to ``<|im_end|>``, which
     must have been generated within ``max_new_tokens``.
     """
@@ -48,7 +48,7 @@ def format_valid_rate(
     fmt = ChatFormat(tokenizer, system_prompt=system_prompt_for(prompt_style), prefill="<think>")
     envs = {
         env_id: gym.make(env_id, instructions=prompt_style).unwrapped
-        for env_id in ragen_envs.ENV_IDS
+        for env_id in ragen_envs.BUILTIN_MODEL_ENV_IDS
     }
     env_ids = [list(envs)[i % len(envs)] for i in range(n)]
     prompts = []

@@ -64,7 +64,7 @@ def _pieces(text: str) -> list[str]:
 
 
 def _make_envs() -> dict[str, Any]:
-    return {env_id: gym.make(env_id).unwrapped for env_id in ragen_envs.ENV_IDS}
+    return {env_id: gym.make(env_id).unwrapped for env_id in ragen_envs.BUILTIN_MODEL_ENV_IDS}
 
 
 def _corpus(num_seeds: int) -> tuple[list[str], set[str]]:

@@ -59,7 +59,7 @@ class TranscriptCorpus:
     def __init__(self, tokenizer: Any, spec: BuiltinSpec):
         self.spec = spec
         self.tokenizer = tokenizer
-        self.env_ids = sorted(ragen_envs.ENV_IDS)
+        self.env_ids = sorted(ragen_envs.BUILTIN_MODEL_ENV_IDS)
         self.envs = {
             (env_id, style, coords): gym.make(
                 env_id, instructions=style, coordinates=coords
