@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import gymnasium as gym
 
+from .answer_env import AnswerEnv, AnswerResult
 from .bandit import Arm, BanditEnv
 from .base import TextEnv
+from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
-from .parsing import ParsedAnswer, ParserConfig, parse_answer
+from .parsing import AnswerBlock, ParsedAnswer, ParserConfig, parse_answer, read_answer_block
 from .sokoban import SokobanEnv
 
 #: id -> (entry point, default kwargs). ``gym.make(id, **kwargs)`` overrides them.
@@ -47,6 +49,9 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
         "ragen_envs.frozenlake:FrozenLakeEnv",
         {"is_slippery": False},
     ),
+    # Free-text answers (AnswerEnv): no action vocabulary.
+    "ragen/Countdown-v0": ("ragen_envs.countdown:CountdownEnv", {"attempts": 1}),
+    "ragen/CountdownMultiTurn-v0": ("ragen_envs.countdown:CountdownEnv", {"attempts": 4}),
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on: its vocabulary and warm-start
@@ -71,12 +76,17 @@ for _env_id, (_entry_point, _kwargs) in _REGISTRY.items():
 __all__ = [
     "BUILTIN_MODEL_ENV_IDS",
     "ENV_IDS",
+    "AnswerBlock",
+    "AnswerEnv",
+    "AnswerResult",
     "Arm",
     "BanditEnv",
+    "CountdownEnv",
     "FrozenLakeEnv",
     "ParsedAnswer",
     "ParserConfig",
     "SokobanEnv",
     "TextEnv",
     "parse_answer",
+    "read_answer_block",
 ]

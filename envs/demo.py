@@ -2,7 +2,9 @@
 
 A quick way to see the environments work end to end, through the same text
 interface a language model uses: each agent writes answers such as
-``<think>...</think><answer>Up || Left</answer>``.
+``<think>...</think><answer>Up || Left</answer>``, or, for the free-text envs,
+an expression or placements. The random agent of a free-text env writes random
+well-formed answers of that env's kind.
 
     python -m ragen_envs.demo --episodes 100
 """
@@ -19,6 +21,9 @@ import numpy as np
 from . import ENV_IDS
 from .bandit import BanditEnv
 from .base import TextEnv
+from .countdown import CountdownEnv
+from .countdown_expr import random_expression
+from .countdown_expr import solve as solve_countdown
 from .frozenlake import FrozenLakeEnv, shortest_path
 from .sokoban import SokobanEnv
 from .sokoban_solver import solve
@@ -31,7 +36,7 @@ def _answer(actions: list[str], separator: str) -> str:
 
 
 def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
-    """The next turn's actions from an exact planner (BFS / best mean arm)."""
+    """The next turn's actions from an exact planner (BFS / best mean arm / search)."""
     if isinstance(env, BanditEnv):
         return [max(env.arms, key=lambda a: a.mean).name]
     if isinstance(env, FrozenLakeEnv):
@@ -41,10 +46,15 @@ def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
     if isinstance(env, SokobanEnv):
         path = solve(env.state()) or ["Up"]
         return path[: env.parser.max_actions]
+    if isinstance(env, CountdownEnv):
+        return [solve_countdown(env.numbers, env.target) or str(env.numbers[0])]
     raise TypeError(f"no planner for {type(env).__name__}")
 
 
 def random_agent(env: TextEnv, rng: np.random.Generator) -> list[str]:
+    """Random valid actions, or for a free-text env a random well-formed answer."""
+    if isinstance(env, CountdownEnv):
+        return [random_expression(rng, env.numbers)]
     n = int(rng.integers(1, env.parser.max_actions + 1))
     return [str(a) for a in rng.choice(env.action_names, size=n)]
 

@@ -1,4 +1,8 @@
-"""Every registered id: gymnasium.make, the env checker, determinism, robustness to any text."""
+"""Every registered id: gymnasium.make, the env checker, determinism, robustness to any text.
+
+Most ids read ``<answer>`` as action names from a vocabulary (TextEnv); the ids in
+ANSWER_IDS read it as free text (AnswerEnv). The generic checks run on every id; the
+checks that concern an action vocabulary run on the ids that have one."""
 
 from __future__ import annotations
 
@@ -10,12 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ragen_envs
-from ragen_envs import ENV_IDS
+from ragen_envs import BUILTIN_MODEL_ENV_IDS, ENV_IDS, AnswerEnv
+
+#: The ids whose answer is free text (an expression, placements), read by AnswerEnv.
+ANSWER_IDS = ("ragen/Countdown-v0", "ragen/CountdownMultiTurn-v0")
 
 TAG_SOUP = st.lists(
     st.one_of(
         st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", "||", "Up", "left"]),
         st.sampled_from(["Dragon", "phoenix", "Librarian", "Trader", "Teacher", "Engineer"]),
+        st.sampled_from(["r1c2=3", "R4C4 = 1", "=", "(", ")", "+", "-", "*", "/", "7", "0"]),
         st.text(max_size=12),
     ),
     max_size=25,
@@ -24,7 +32,14 @@ TAG_SOUP = st.lists(
 
 def test_ids_are_registered():
     assert set(ENV_IDS) <= set(gym.registry)
-    assert len(ENV_IDS) == 9
+    assert len(ENV_IDS) == 11
+    # The built-in model's nine envs come first and stay registered unchanged.
+    assert ENV_IDS[: len(BUILTIN_MODEL_ENV_IDS)] == BUILTIN_MODEL_ENV_IDS
+    assert not set(ANSWER_IDS) & set(BUILTIN_MODEL_ENV_IDS)
+    free_text = {i for i in ENV_IDS if isinstance(gym.make(i).unwrapped, AnswerEnv)}
+    assert free_text == set(ANSWER_IDS)
+    for env_id in ENV_IDS:
+        assert bool(gym.make(env_id).unwrapped.action_names) == (env_id not in ANSWER_IDS)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -34,7 +49,11 @@ def test_make_and_env_checker(env_id):
     obs, info = env.reset(seed=0)
     assert env.observation_space.contains(obs)
     text = env.unwrapped.instructions()
-    assert "Actions" in text and str(env.unwrapped.action_budget) in text
+    assert str(env.unwrapped.action_budget) in text
+    if env_id in ANSWER_IDS:
+        assert f"<answer>{env.unwrapped.answer_example}</answer>" in text, text
+    else:
+        assert "Actions" in text
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -44,6 +63,7 @@ def test_same_seed_same_answers_same_trajectory(env_id):
         "garbage",
         "<think>b</think><answer>Right||Down||Down||Trader||Phoenix</answer>",
         "<think>c</think><answer>Left||Left||Up</answer>",
+        "<think>d</think><answer>(1 + 2) * 3 || r1c1=1 || r2c2=2</answer>",
     ]
 
     def play(seed):
@@ -68,6 +88,8 @@ def test_megabyte_answers_do_not_raise(env_id):
         "<think>" * 300_000,
         "\U0001f600" * 1_000_000,
         "<think>" + "x" * 1_000_000 + "</think><answer>" + "Up||" * 100_000 + "</answer>",
+        "<think>x</think><answer>" + "(" * 1_000_000 + "1" + ")" * 1_000_000 + "</answer>",
+        "<think>x</think><answer>" + "r1c1=1||" * 100_000 + "</answer>",
     ]:
         env.reset(seed=1)
         obs, reward, *_ = env.step(text)
@@ -82,12 +104,26 @@ def test_step_never_raises_and_penalty_is_exact(env_id, texts):
     env.reset(seed=0)
     inner = env.unwrapped
     for text in texts:
-        parsed = ragen_envs.parse_answer(text, inner.action_names, inner.parser)
-        _, reward, term, trunc, info = env.step(text)
-        expected_penalty = 0.0 if parsed.is_valid else inner.format_penalty
+        obs, reward, term, trunc, info = env.step(text)
+        assert env.observation_space.contains(obs), obs
+        if isinstance(inner, AnswerEnv):
+            # Free text: the tags decide format_ok; the env judges what is inside.
+            block = ragen_envs.read_answer_block(text, inner.parser.require_think)
+            body = block.body.strip()
+            assert info["format_ok"] == (
+                block.format_ok and 0 < len(body) <= inner.max_answer_length
+            )
+            assert info["action_is_valid"] <= info["format_ok"]
+            expected_penalty = 0.0 if info["action_is_valid"] else inner.format_penalty
+            assert info["action_is_valid"] == (
+                info["format_ok"] and not info["num_invalid_actions"]
+            )
+        else:
+            parsed = ragen_envs.parse_answer(text, inner.action_names, inner.parser)
+            expected_penalty = 0.0 if parsed.is_valid else inner.format_penalty
+            assert info["num_actions"] <= len(parsed.actions)
         assert info["format_penalty"] == expected_penalty
         assert reward == pytest.approx(info["env_reward"] + expected_penalty)
-        assert info["num_actions"] <= len(parsed.actions)
         if term or trunc:
             break
 
@@ -101,6 +137,8 @@ def test_compact_instructions_are_short_and_name_every_action(env_id):
     short = compact.instructions()
     assert len(short) < len(full.instructions()) / 2, short
     assert all(name in short for name in compact.action_names), short
+    if env_id in ANSWER_IDS:  # no action names: the answer's shape instead
+        assert compact.answer_example in short, short
     # Only the prompt changes: same states, same dynamics.
     assert compact.reset(seed=5)[0] == full.reset(seed=5)[0]
     with pytest.raises(ValueError, match="instructions must be one of"):
