@@ -20,6 +20,9 @@ Cases (fp32, one learner, GRPO unless named):
 - ``builtin-ckpt``: the same with gradient checkpointing;
 - ``builtin-micro``: the same in micro-batches of 8,192 tokens;
 - ``builtin-critic``: the micro-batched case with a critic (GAE);
+- ``builtin-micro4k``, ``builtin-ckpt-micro``, ``builtin-critic-ckpt``: micro-batches
+  of 4,096 tokens; checkpointing with micro-batches of 16,384; the same with a
+  critic;
 - ``qwen05b-micro4`` / ``qwen05b-micro2``: the 0.5B-shaped model, 4 / 2 rows of
   1,536 tokens, micro-batches of one row, checkpointing (weights, gradients and
   AdamW state dominate).
@@ -53,6 +56,14 @@ CASES = {
         **BUILTIN,
         "micro_tokens": 8192,
         "checkpointing": False,
+        "estimator": "gae",
+    },
+    "builtin-micro4k": {**BUILTIN, "micro_tokens": 4096, "checkpointing": False},
+    "builtin-ckpt-micro": {**BUILTIN, "micro_tokens": 16384, "checkpointing": True},
+    "builtin-critic-ckpt": {
+        **BUILTIN,
+        "micro_tokens": 16384,
+        "checkpointing": True,
         "estimator": "gae",
     },
     "qwen05b-micro4": {
@@ -245,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             if proc.returncode == 0:
                 got = json.loads(proc.stdout.strip().splitlines()[-1])
                 row[f"measured{label}_gib"] = got["measured_gib"]
+                row[f"update{label}_s"] = got["update_s"]
                 row[f"error{label}"] = round(row["estimate_gib"] / got["measured_gib"] - 1, 3)
             else:
                 row[f"failed{label}"] = proc.returncode
@@ -252,15 +264,20 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "lines"}), flush=True)
     print()
-    print("| case | estimate (GiB) | peak RSS, default malloc | peak RSS, large blocks returned |")
-    print("|---|---|---|---|")
+    print(
+        "| case | estimate (GiB) | peak RSS, large blocks returned | peak RSS, default malloc "
+        "| update s, returned / default |"
+    )
+    print("|---|---|---|---|---|")
     for row in rows:
         cells = [row["case"], str(row["estimate_gib"])]
-        for label in ("", "_mmap"):
+        for label in ("_mmap", ""):
             if f"error{label}" in row:
                 cells.append(f"{row[f'measured{label}_gib']} ({row[f'error{label}']:+.1%})")
             else:
                 cells.append("failed")
+        times = [row.get(f"update{label}_s") for label in ("_mmap", "")]
+        cells.append(" / ".join("-" if t is None else f"{t}" for t in times))
         print("| " + " | ".join(cells) + " |")
     return 0
 

@@ -139,6 +139,24 @@ def test_eight_gpus_on_two_nodes_shard_the_learner_state_with_fsdp():
     assert adam == {x.component: x.bytes for x in full}["AdamW moments (fp32)"] // 6
 
 
+def test_a_checkpointed_critic_adds_its_layer_inputs_not_a_second_recomputed_layer():
+    """Checkpointing recomputes one layer of one model at a time: the critic adds its
+    kept layer inputs; without checkpointing it adds as much as the actor keeps."""
+    shape = known_shape(QWEN)
+
+    def lines(**kw):
+        config = sokoban(**kw)
+        got = learner_lines(config, shape, 1, workload(config, 1))
+        return {x.component: x.bytes for x in got}, workload(config, 1)
+
+    ckpt, load = lines()
+    inputs = shape.layers * load.microbatch_tokens * shape.hidden * 2  # bf16
+    assert ckpt["critic activations"] == inputs
+    assert ckpt["activations (one micro-batch)"] > inputs
+    full, _ = lines(gradient_checkpointing=False)
+    assert full["critic activations"] == full["activations (one micro-batch)"]
+
+
 def test_more_gpus_than_there_are_is_a_clear_error():
     config = sokoban(num_learners=2, num_env_runners=1, num_gpus_per_env_runner=1)
     assert gpus_asked(config) == 3

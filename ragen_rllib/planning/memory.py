@@ -17,8 +17,9 @@ model of each component:
   1,024 tokens; one chunk's logits, their fp32 copy, log-softmax, softmax and
   gradient are alive at once.
 - **Critic**: a second transformer (no LM head) with its own state and
-  activations. **KL reference**: a frozen copy in ``model_dtype`` (none with LoRA,
-  where the reference is the adapter switched off).
+  activations (with checkpointing, its layer inputs: the recomputed layer is
+  one layer of either model at a time). **KL reference**: a frozen copy in
+  ``model_dtype`` (none with LoRA, where the reference is the adapter switched off).
 - **Engine**: its weights in ``model_dtype`` and the KV cache of its share of the
   P x N trajectories at the context limit (vLLM: the configured KV size or the
   share of the card it is given).
@@ -169,7 +170,14 @@ def learner_lines(config, shape: ModelShape, num_learners: int, load: Workload) 
                 f"a second transformer, {backbone / 1e6:,.0f}M parameters",
             )
         )
-        lines.append(Line("critic activations", act.bytes, "the same micro-batch"))
+        # With checkpointing both models keep their layer inputs, and the backward
+        # pass recomputes one layer of one model at a time (counted in ``act``).
+        critic_act = (
+            shape.layers * load.microbatch_tokens * shape.hidden * compute_bytes
+            if checkpointing
+            else act.bytes
+        )
+        lines.append(Line("critic activations", critic_act, "the same micro-batch"))
     if config.kl_coeff and not config.lora_rank:
         lines.append(Line("KL reference (frozen)", params * model_bytes // shard, "kl_coeff > 0"))
     return lines
