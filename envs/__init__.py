@@ -22,6 +22,7 @@ from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
 from .parsing import AnswerBlock, ParsedAnswer, ParserConfig, parse_answer, read_answer_block
 from .sokoban import SokobanEnv
+from .sudoku import SudokuEnv
 
 #: id -> (entry point, default kwargs). ``gym.make(id, **kwargs)`` overrides them.
 _REGISTRY: dict[str, tuple[str, dict]] = {
@@ -52,6 +53,8 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
     # Free-text answers (AnswerEnv): no action vocabulary.
     "ragen/Countdown-v0": ("ragen_envs.countdown:CountdownEnv", {"attempts": 1}),
     "ragen/CountdownMultiTurn-v0": ("ragen_envs.countdown:CountdownEnv", {"attempts": 4}),
+    "ragen/Sudoku4x4-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 4}),
+    "ragen/Sudoku9x9-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 9}),
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on: its vocabulary and warm-start
@@ -86,6 +89,7 @@ __all__ = [
     "ParsedAnswer",
     "ParserConfig",
     "SokobanEnv",
+    "SudokuEnv",
     "TextEnv",
     "parse_answer",
     "read_answer_block",

@@ -27,6 +27,8 @@ from .countdown_expr import solve as solve_countdown
 from .frozenlake import FrozenLakeEnv, shortest_path
 from .sokoban import SokobanEnv
 from .sokoban_solver import solve
+from .sudoku import SudokuEnv
+from .sudoku_solver import solve as solve_sudoku
 
 Agent = Callable[[TextEnv, np.random.Generator], list[str]]
 
@@ -48,6 +50,12 @@ def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
         return path[: env.parser.max_actions]
     if isinstance(env, CountdownEnv):
         return [solve_countdown(env.numbers, env.target) or str(env.numbers[0])]
+    if isinstance(env, SudokuEnv):
+        givens = [v if given else 0 for v, given in zip(env.grid, env.givens, strict=True)]
+        solution = solve_sudoku(givens, env.box) or givens
+        todo = [i for i, v in enumerate(env.grid) if v != solution[i]]
+        n = env.size
+        return [f"r{i // n + 1}c{i % n + 1}={solution[i]}" for i in todo[: env.parser.max_actions]]
     raise TypeError(f"no planner for {type(env).__name__}")
 
 
@@ -55,6 +63,12 @@ def random_agent(env: TextEnv, rng: np.random.Generator) -> list[str]:
     """Random valid actions, or for a free-text env a random well-formed answer."""
     if isinstance(env, CountdownEnv):
         return [random_expression(rng, env.numbers)]
+    if isinstance(env, SudokuEnv):  # random digits in random cells that were not given
+        free = [i for i, given in enumerate(env.givens) if not given]
+        count = int(rng.integers(1, env.parser.max_actions + 1))
+        cells = [free[int(k)] for k in rng.integers(len(free), size=count)]
+        n = env.size
+        return [f"r{i // n + 1}c{i % n + 1}={int(rng.integers(1, n + 1))}" for i in cells]
     n = int(rng.integers(1, env.parser.max_actions + 1))
     return [str(a) for a in rng.choice(env.action_names, size=n)]
 

@@ -17,7 +17,12 @@ import ragen_envs
 from ragen_envs import BUILTIN_MODEL_ENV_IDS, ENV_IDS, AnswerEnv
 
 #: The ids whose answer is free text (an expression, placements), read by AnswerEnv.
-ANSWER_IDS = ("ragen/Countdown-v0", "ragen/CountdownMultiTurn-v0")
+ANSWER_IDS = (
+    "ragen/Countdown-v0",
+    "ragen/CountdownMultiTurn-v0",
+    "ragen/Sudoku4x4-v0",
+    "ragen/Sudoku9x9-v0",
+)
 
 TAG_SOUP = st.lists(
     st.one_of(
@@ -32,7 +37,7 @@ TAG_SOUP = st.lists(
 
 def test_ids_are_registered():
     assert set(ENV_IDS) <= set(gym.registry)
-    assert len(ENV_IDS) == 11
+    assert len(ENV_IDS) == 13
     # The built-in model's nine envs come first and stay registered unchanged.
     assert ENV_IDS[: len(BUILTIN_MODEL_ENV_IDS)] == BUILTIN_MODEL_ENV_IDS
     assert not set(ANSWER_IDS) & set(BUILTIN_MODEL_ENV_IDS)
