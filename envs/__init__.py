@@ -20,6 +20,7 @@ from .bandit import Arm, BanditEnv
 from .base import TextEnv
 from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
+from .game2048 import Game2048Env
 from .parsing import AnswerBlock, ParsedAnswer, ParserConfig, parse_answer, read_answer_block
 from .sokoban import SokobanEnv
 from .sudoku import SudokuEnv
@@ -55,6 +56,7 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
     "ragen/CountdownMultiTurn-v0": ("ragen_envs.countdown:CountdownEnv", {"attempts": 4}),
     "ragen/Sudoku4x4-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 4}),
     "ragen/Sudoku9x9-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 9}),
+    "ragen/2048-v0": ("ragen_envs.game2048:Game2048Env", {}),
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on: its vocabulary and warm-start
@@ -86,6 +88,7 @@ __all__ = [
     "BanditEnv",
     "CountdownEnv",
     "FrozenLakeEnv",
+    "Game2048Env",
     "ParsedAnswer",
     "ParserConfig",
     "SokobanEnv",

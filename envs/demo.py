@@ -25,6 +25,7 @@ from .countdown import CountdownEnv
 from .countdown_expr import random_expression
 from .countdown_expr import solve as solve_countdown
 from .frozenlake import FrozenLakeEnv, shortest_path
+from .game2048 import Game2048Env, plan_moves
 from .sokoban import SokobanEnv
 from .sokoban_solver import solve
 from .sudoku import SudokuEnv
@@ -38,7 +39,8 @@ def _answer(actions: list[str], separator: str) -> str:
 
 
 def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
-    """The next turn's actions from an exact planner (BFS / best mean arm / search)."""
+    """The next turn's actions from a planner: exact (BFS, best mean arm, search, the
+    Sudoku solver) or, for 2048, a heuristic."""
     if isinstance(env, BanditEnv):
         return [max(env.arms, key=lambda a: a.mean).name]
     if isinstance(env, FrozenLakeEnv):
@@ -56,6 +58,8 @@ def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
         todo = [i for i, v in enumerate(env.grid) if v != solution[i]]
         n = env.size
         return [f"r{i // n + 1}c{i % n + 1}={solution[i]}" for i in todo[: env.parser.max_actions]]
+    if isinstance(env, Game2048Env):  # a heuristic: the turn's new tiles are not seen
+        return plan_moves(env.board, env.size, env.parser.max_actions, rng)
     raise TypeError(f"no planner for {type(env).__name__}")
 
 

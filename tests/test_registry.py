@@ -37,7 +37,7 @@ TAG_SOUP = st.lists(
 
 def test_ids_are_registered():
     assert set(ENV_IDS) <= set(gym.registry)
-    assert len(ENV_IDS) == 13
+    assert len(ENV_IDS) == 14
     # The built-in model's nine envs come first and stay registered unchanged.
     assert ENV_IDS[: len(BUILTIN_MODEL_ENV_IDS)] == BUILTIN_MODEL_ENV_IDS
     assert not set(ANSWER_IDS) & set(BUILTIN_MODEL_ENV_IDS)
