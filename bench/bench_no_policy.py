@@ -1,8 +1,8 @@
 """Does the pretrained built-in model hold a policy? Its success against random agents.
 
-For every registered env id, on the same fixed evaluation states (seeds
-0..N-1, as the trainer's evaluation) and with the same turn limit, this prints
-the success of
+For every env the built-in model was pretrained on (``BUILTIN_MODEL_ENV_IDS``),
+on the same fixed evaluation states (seeds 0..N-1, as the trainer's evaluation)
+and with the same turn limit, this prints the success of
 
 - the model at temperature 0.5 (the evaluation temperature) and 1.0 (the
   training temperature), through the trainer's own env runner;
@@ -61,7 +61,9 @@ def random_success(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llm", default="builtin")
-    parser.add_argument("--envs", nargs="*", default=list(ragen_envs.ENV_IDS))
+    # The built-in model's envs: the registry also holds envs it was not pretrained on
+    # (and free-text ones, which the random agents here cannot play).
+    parser.add_argument("--envs", nargs="*", default=list(ragen_envs.BUILTIN_MODEL_ENV_IDS))
     parser.add_argument("--states", type=int, default=256)
     parser.add_argument("--max-turns", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=32)
