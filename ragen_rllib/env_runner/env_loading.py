@@ -5,7 +5,10 @@
 * a built-in id (``ragen/SimpleSokoban-v0``, ...), registered by ``ragen_envs``;
 * ``package.module:EnvId``, Gymnasium's own syntax: the module is imported,
   and is expected to register ``EnvId``;
-* an id that the module(s) named by ``env_module`` register on import.
+* an id that the module(s) named by ``env_module`` register on import;
+* ``openenv+http://HOST:PORT``: an OpenEnv server (``python -m ragen_envs.serve``
+  or any other), played through :class:`ragen_envs.remote.OpenEnvTextEnv`, whose
+  keyword arguments ``env_config`` holds (see docs/remote_envs.md).
 
 A registration made only in the driver does not reach Ray's other processes,
 so the config check, the Tune trial and every env runner call
@@ -28,16 +31,19 @@ rest is optional, with these fallbacks (see
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 import gymnasium as gym
+
+from ragen_envs.remote import OpenEnvTextEnv, base_url_of, check_server, is_remote_id
 
 
 def env_modules(config: Any) -> list[str]:
     """The modules to import for ``config.env``: ``env_module`` entries, then the
     module part of a ``module:EnvId`` id."""
     modules = _named(config.env_module)
-    if isinstance(config.env, str) and ":" in config.env:
+    if isinstance(config.env, str) and ":" in config.env and not is_remote_id(config.env):
         modules.append(config.env.split(":", 1)[0])
     return modules
 
@@ -82,6 +88,10 @@ def check_env(config: Any) -> None:
             f"config env_module={named!r} is invalid: a module name such as "
             "'my_pkg.my_envs', a list of them, or null"
         )
+    if is_remote_id(env):
+        import_env_modules(config)
+        check_remote(env, config.env_config, "env")
+        return
     if env.count(":") > 1:
         raise ValueError(f"config env={env!r} is invalid: at most one ':' (module:EnvId)")
     import_env_modules(config)
@@ -96,13 +106,41 @@ def check_env(config: Any) -> None:
         )
 
 
+def check_remote(env_id: str, env_config: Any, key: str) -> None:
+    """An ``openenv+http://`` id: a well-formed address, OpenEnv installed, and a server
+    that answers ``/health``; ValueError naming ``key`` otherwise."""
+    try:
+        url = base_url_of(env_id)
+    except ValueError as err:
+        raise ValueError(f"config {key}={env_id!r} is invalid: {err}") from None
+    if importlib.util.find_spec("openenv") is None:
+        raise ValueError(
+            f"config {key}={env_id!r} needs OpenEnv, which is not installed here: "
+            "pip install 'ragen-rllib[openenv]' (in every Ray process's environment)"
+        )
+    timeout = env_config.get("connect_timeout_s") if isinstance(env_config, dict) else None
+    if not (isinstance(timeout, int | float) and timeout > 0):
+        timeout = 10.0  # the adapter's default; a bad value is its own error later
+    try:
+        check_server(url, float(timeout))
+    except ConnectionError as err:
+        raise ValueError(
+            f"config {key}={env_id!r}: the OpenEnv server does not answer ({err}). Start it "
+            "(python -m ragen_envs.serve ENV_ID --host HOST --port PORT) or fix the address"
+        ) from None
+
+
 def make_env(config: Any) -> gym.Env:
     import_env_modules(config)
+    if is_remote_id(config.env):
+        return OpenEnvTextEnv(base_url_of(config.env), **config.env_config)
     return gym.make(config.env, **config.env_config)
 
 
 def make_eval_env(env: Any) -> gym.Env:
     """An evaluation suite's env (an :class:`~ragen_rllib.env_runner.eval_suites.EvalEnv`)."""
+    if is_remote_id(env.env):
+        return OpenEnvTextEnv(base_url_of(env.env), **env.env_config)
     if ":" in env.env:
         importlib.import_module(env.env.split(":", 1)[0])
     return gym.make(env.env, **env.env_config)

@@ -34,6 +34,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from ragen_envs.remote import is_remote_id
+
 #: suite -> entries (name, env id, env_config).
 BUILTIN_SUITES: dict[str, tuple[tuple[str, str, dict[str, Any]], ...]] = {
     # Trained on Phoenix/Dragon: new names with the intuitive roles, then reversed.
@@ -154,6 +156,8 @@ def suite_entries(eval_suites: Any) -> dict[str, list[tuple[str, str, dict[str, 
 
 
 def _entry_point(env_id: str) -> Any:
+    if is_remote_id(env_id):  # an OpenEnv server: a kind of env of its own
+        return env_id
     return gym.spec(env_id.split(":", 1)[-1]).entry_point
 
 
@@ -167,6 +171,10 @@ def resolve_suites(config: Any, eval_suites: Any = None) -> dict[str, list[EvalE
     for suite, entries in suite_entries(wanted).items():
         resolved = []
         for name, env_id, entry_config in entries:
+            if is_remote_id(env_id):  # the run's options only for the run's own server
+                inherited = dict(config.env_config or {}) if env_id == config.env else {}
+                resolved.append(EvalEnv(name, env_id, {**inherited, **entry_config}))
+                continue
             try:
                 if ":" in env_id:  # module:EnvId, as for `env`
                     importlib.import_module(env_id.split(":", 1)[0])
