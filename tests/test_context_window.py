@@ -73,7 +73,7 @@ def _user_text(runner, t, j: int) -> str:
 @pytest.mark.parametrize("window", [0, 1, 2])
 def test_each_turn_sees_the_instructions_and_the_last_k_turns(window):
     runner, trajs = _sample(context_window=window)
-    env = runner._env_pool(1)[0].unwrapped
+    env = runner._make_envs(runner._mix[:1])[0].unwrapped
     eos = runner.tokenizer.eos_token_id
     checked = 0
     for t in trajs:

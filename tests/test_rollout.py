@@ -130,7 +130,7 @@ def test_context_overflow_ends_the_trajectory_and_keeps_it():
 
 
 def test_env_errors_end_their_trajectory_and_are_logged(runner, monkeypatch, caplog):
-    envs = runner._env_pool(6)
+    envs = runner._make_envs([runner._mix[0]] * 6)
 
     def broken_step(text):
         raise RuntimeError("boom")

@@ -73,6 +73,14 @@ def _print_progress():
                 f"entropy {learner.get('entropy', float('nan')):.3f} "
                 f"time {result.get('time_total_s', 0):.0f}s"
             )
+            # A mixture (env_mix): each env's success after the batch's.
+            per_env = {
+                name: m["success_rate"]
+                for name, m in r.items()
+                if isinstance(m, dict) and "success_rate" in m
+            }
+            if per_env:
+                line += " (" + ", ".join(f"{n} {v:.2f}" for n, v in per_env.items()) + ")"
             # Evaluation runs every `eval_interval` iterations; between runs the
             # key is absent or NaN.
             ev_success = ev.get("success_rate", float("nan"))

@@ -21,7 +21,7 @@ import numpy as np
 from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.env_runner.trajectory import Trajectory, env_name
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, TurnBatch
 from ragen_rllib.maths.filters import filter_groups
 
@@ -68,8 +68,9 @@ class RolloutFilter(ConnectorV2):
     share of trajectories, the groups kept, and the mean in-group reward std
     before and after."""
 
-    def __init__(self, strategy, value, direction, include_zero, metric, **kwargs):
+    def __init__(self, strategy, value, direction, include_zero, metric, scope="all", **kwargs):
         super().__init__(**kwargs)
+        self.scope = scope  # "env": each env of a mixture is filtered on its own
         self.settings = {
             "strategy": strategy,
             "value": value,
@@ -87,23 +88,35 @@ class RolloutFilter(ConnectorV2):
         trajectories = episodes  # RLlib's name for them
         if self.keeps_everything or not trajectories:
             return batch
-        rewards = np.array([t.total_reward for t in trajectories])
-        groups = np.array([t.group for t in trajectories])
-        result = filter_groups(rewards, groups, **self.settings)
-        kept = [t for t, k in zip(trajectories, result.keep.tolist(), strict=True) if k]
+        parts: dict[str, list[Trajectory]] = {}
+        for t in trajectories:
+            parts.setdefault(env_name(t) if self.scope == "env" else "", []).append(t)
+        kept: list[Trajectory] = []
+        before = after = 0
+        std_before = std_after = 0.0  # sums over groups
+        for part in parts.values():
+            rewards = np.array([t.total_reward for t in part])
+            groups = np.array([t.group for t in part])
+            result = filter_groups(rewards, groups, **self.settings)
+            kept += [t for t, k in zip(part, result.keep.tolist(), strict=True) if k]
+            before += result.groups_before
+            after += result.groups_after
+            std_before += result.std_before * result.groups_before
+            std_after += result.std_after * result.groups_after
         if metrics is not None:
             metrics.log_dict(
                 {
                     "kept_fraction": len(kept) / len(trajectories),
-                    "groups_kept": result.groups_after,
-                    "groups_before": result.groups_before,
-                    "in_group_std_before": result.std_before,
-                    "in_group_std_after": result.std_after,
+                    "groups_kept": after,
+                    "groups_before": before,
+                    "in_group_std_before": std_before / max(1, before),
+                    "in_group_std_after": std_after / max(1, after),
                 },
                 key="filter",
                 window=1,
             )
-        trajectories[:] = kept
+        kept_ids = {id(t) for t in kept}
+        trajectories[:] = [t for t in trajectories if id(t) in kept_ids]  # in batch order
         return batch
 
 
@@ -114,7 +127,7 @@ class GroupAdvantages(ConnectorV2):
 
     A trajectory's reward is compared with a baseline group: the rollouts of its
     initial state (``grouping="state"``), the whole batch (``"batch"``) or its env
-    id (``"env"``).
+    of the mixture (``"env"``).
     """
 
     def __init__(self, estimator: str, settings: AdvantageSettings, grouping: str = "state", **kw):
@@ -128,7 +141,7 @@ class GroupAdvantages(ConnectorV2):
         if self.grouping == "batch":
             return [0] * len(trajectories)
         if self.grouping == "env":
-            return [t.env_id for t in trajectories]
+            return [env_name(t) for t in trajectories]
         return [t.group for t in trajectories]
 
     def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):
@@ -157,6 +170,7 @@ def build_sample_pipeline(config) -> ConnectorPipelineV2:
             config.filter_direction,
             config.filter_include_zero,
             config.filter_metric,
+            config.filter_scope,
         ),
     ]
     if not config.uses_critic:

@@ -90,7 +90,7 @@ def _entry(suite: str, index: int, raw: Any) -> tuple[str | None, str, dict[str,
     )
 
 
-def _default_name(env_id: str) -> str:
+def default_name(env_id: str) -> str:
     base = env_id.split(":")[-1].split("/")[-1]
     return re.sub(r"-v\d+$", "", base)
 
@@ -138,7 +138,7 @@ def suite_entries(eval_suites: Any) -> dict[str, list[tuple[str, str, dict[str, 
                 "or a non-empty list of env entries"
             )
         entries = [_entry(suite, i, raw) for i, raw in enumerate(spec)]
-        out[suite] = [(name or _default_name(env), env, cfg) for name, env, cfg in entries]
+        out[suite] = [(name or default_name(env), env, cfg) for name, env, cfg in entries]
     for suite, entries in out.items():
         names = [name for name, _, _ in entries]
         for name in names:

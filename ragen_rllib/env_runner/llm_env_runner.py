@@ -38,6 +38,7 @@ from ragen_rllib.env_runner.env_loading import (
     make_eval_env,
     success_of,
 )
+from ragen_rllib.env_runner.env_mix import entry_of_group, mix_entries, style_of, turns_of
 from ragen_rllib.env_runner.eval_suites import EvalEnv
 from ragen_rllib.env_runner.metrics import evaluation_metrics
 from ragen_rllib.env_runner.prompts import (
@@ -79,18 +80,25 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
         self._model_path = resolve_model(config.llm)
         self.tokenizer = AutoTokenizer.from_pretrained(self._model_path)
-        self.chat = ChatFormat(
-            self.tokenizer,
-            system_prompt=system_prompt_for(config.prompt_style),
-            prefill=config.prefill,
-        )
+        self._mix = mix_entries(config)
+        # One chat format per prompt style in use (the system prompt differs).
+        self._chats = {
+            style: ChatFormat(
+                self.tokenizer, system_prompt=system_prompt_for(style), prefill=config.prefill
+            )
+            for style in {
+                config.prompt_style,
+                *(style_of(e, config.prompt_style) for e in self._mix),
+            }
+        }
+        self.chat = self._chats[config.prompt_style]
         self.engine = make_engine(config, self._model_path, self.tokenizer)
         # LoRA: the learner sends adapters, merged here into the base weights.
         self._lora = None
         settings = LoraSettings.from_dict(config.lora_settings())
         if settings is not None:
             self._lora = AdapterMerger.from_pretrained(self._model_path, settings)
-        # One pool per env and options: the training env's under "", a suite's by key.
+        # One pool per env and options (EvalEnv.key): a mixture entry's or a suite's.
         self._envs: dict[str, list[gym.Env]] = {}
         self._num_sample_calls = 0
         self.num_groups_sampled = 0  # lifetime, this runner (restarts from 0 with it)
@@ -211,11 +219,17 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 env.close()
 
     # ----- rollout ------------------------------------------------------------------
-    def _env_pool(self, n: int, env: EvalEnv | None = None) -> list[gym.Env]:
-        pool = self._envs.setdefault("" if env is None else env.key, [])
-        while len(pool) < n:
-            pool.append(make_env(self.config) if env is None else make_eval_env(env))
-        return pool[:n]
+    def _make_envs(self, entries: list[EvalEnv]) -> list[gym.Env]:
+        """One env per trajectory, from each entry's pool (made on first use, kept)."""
+        taken: dict[str, int] = {}
+        envs = []
+        for entry in entries:
+            pool = self._envs.setdefault(entry.key, [])
+            i = taken[entry.key] = taken.get(entry.key, -1) + 1
+            if i == len(pool):
+                pool.append(make_eval_env(entry))
+            envs.append(pool[i])
+        return envs
 
     def run_episodes(
         self,
@@ -239,13 +253,18 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         trajectories' groups before the update (see
         :class:`~ragen_rllib.connectors.sample_batch.DropEnvErrorGroups`).
 
-        ``env`` plays an evaluation suite's env instead of the training env.
+        ``env`` plays an evaluation suite's env (or one entry of the mixture) for every
+        seed instead of the training envs, where group ``g`` plays the mixture's entry
+        of that group (:mod:`ragen_rllib.env_runner.env_mix`) with its own turn limit
+        and prompt style.
         """
         cfg = self.config
-        style, window = cfg.prompt_style, cfg.context_window
-        env_id = cfg.env if env is None else env.env
+        window = cfg.context_window
+        entries = [env or entry_of_group(self._mix, g) for g in groups]
+        styles = [style_of(e, cfg.prompt_style) for e in entries]
+        limits = [turns_of(e, cfg.max_turns) for e in entries]
         start = time.perf_counter()
-        envs = self._env_pool(len(seeds), env)
+        envs = self._make_envs(entries)
         trajs: list[Trajectory] = []
         # Per trajectory: the ids the engine gets at the next turn, and (for a context
         # window) the user text of every turn and each answer's (ids, ended with eos).
@@ -255,10 +274,15 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         # The N trajectories of a group start from one state, so from one first prompt:
         # each distinct first prompt is encoded once per call (encoding every copy was
         # over half the runner's own time per Bandit sample; bench_async.py --device-time).
-        first_ids: dict[str, list[int]] = {}
+        first_ids: dict[tuple[str, str], list[int]] = {}
         for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
+            style, chat = styles[i], self._chats.get(styles[i], self.chat)
             traj = Trajectory(
-                env_id=env_id, seed=seed, group=group, policy_version=self.engine.policy_version
+                env_id=entries[i].env,
+                env_name=entries[i].name,
+                seed=seed,
+                group=group,
+                policy_version=self.engine.policy_version,
             )
             trajs.append(traj)
             try:
@@ -271,12 +295,12 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             traj.turn_observations.append(obs)
             traj.turn_prompts.append(with_instructions(env.unwrapped, texts[i][0], style))
             first = traj.turn_prompts[0]
-            if first not in first_ids:
-                first_ids[first] = self.chat.prompt_ids(first)
-            prompts[i] = list(first_ids[first])
+            if (style, first) not in first_ids:
+                first_ids[style, first] = chat.prompt_ids(first)
+            prompts[i] = list(first_ids[style, first])
             if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(
-                    f"the first prompt of {env_id} is {len(prompts[i])} tokens; with "
+                    f"the first prompt of {entries[i].env} is {len(prompts[i])} tokens; with "
                     f"max_new_tokens={params.max_new_tokens} it exceeds "
                     f"max_context_tokens={cfg.max_context_tokens}. Raise max_context_tokens."
                 )
@@ -288,7 +312,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         reused_before = self.engine.prompt_tokens_reused
         active = list(prompts)
         self.engine.clear_cache()
-        for turn in range(1, cfg.max_turns + 1):
+        for turn in range(1, max(limits, default=0) + 1):
             if not active:
                 break
             batch = [prompts[i] for i in active]
@@ -297,38 +321,39 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             still_active = []
             for i, gen in zip(active, gens, strict=True):
                 traj, env = trajs[i], envs[i]
+                style, chat = styles[i], self._chats.get(styles[i], self.chat)
                 if window is not None:
                     traj.start_segment(prompts[i])
                 traj.append_generation(gen.ids, gen.behaviour_logp)
                 generated += len(gen.ids)
-                text = self.chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
+                text = chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
                 traj.answers.append(text)
                 try:
                     obs, reward, term, trunc, info = env.step(text)
                     _check_observation(obs)
                 except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
-                    traj.append_context(self.chat.closing_ids(gen.ended_with_eos))
+                    traj.append_context(chat.closing_ids(gen.ended_with_eos))
                     self._env_error(traj, "step", err)
                     continue
                 traj.turn_rewards.append(float(reward))
                 traj.turn_infos.append(info)
                 traj.success = success_of(info, float(reward))
-                if term or trunc or turn == cfg.max_turns:
+                if term or trunc or turn == limits[i]:
                     reason = "terminated" if term else "truncated" if trunc else "max_turns"
-                    self._finish(traj, gen.ended_with_eos, reason)
+                    self._finish(traj, chat, gen.ended_with_eos, reason)
                     continue
                 user = render_turn(turn + 1, obs, actions_left_of(info), reward, style)
                 if window is None:
-                    nxt = self.chat.continuation_ids(user, gen.ended_with_eos)
+                    nxt = chat.continuation_ids(user, gen.ended_with_eos)
                     length = len(prompts[i]) + len(nxt)
                 else:
                     texts[i].append(user)
                     answers[i].append((list(gen.ids), gen.ended_with_eos))
-                    nxt = self._window_ids(env.unwrapped, texts[i], answers[i], window)
+                    nxt = self._window_ids(env.unwrapped, texts[i], answers[i], window, style)
                     length = len(nxt)
                 if length + params.max_new_tokens > cfg.max_context_tokens:
                     logger.info("trajectory seed %d ends: context would overflow", traj.seed)
-                    self._finish(traj, gen.ended_with_eos, "context_overflow")
+                    self._finish(traj, chat, gen.ended_with_eos, "context_overflow")
                     continue
                 traj.turn_observations.append(obs)
                 traj.turn_prompts.append(user)
@@ -353,15 +378,20 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return trajs
 
     def _window_ids(
-        self, env: Any, texts: list[str], answers: list[tuple[list[int], bool]], window: int
+        self,
+        env: Any,
+        texts: list[str],
+        answers: list[tuple[list[int], bool]],
+        window: int,
+        style: str,
     ) -> list[int]:
         """The prompt of the next turn under a context window of ``window`` turns: the
         instructions with the user text of the window's first turn, then each later
         turn's answer (as sampled) and the user text after it."""
         first = max(0, len(texts) - 1 - window)  # index of the window's first turn
         turns = [(ids, eos, texts[j + 1]) for j, (ids, eos) in enumerate(answers) if j >= first]
-        return self.chat.conversation_ids(
-            with_instructions(env, texts[first], self.config.prompt_style), turns
+        return self._chats[style].conversation_ids(
+            with_instructions(env, texts[first], style), turns
         )
 
     def _env_error(self, traj: Trajectory, where: str, err: Exception) -> None:
@@ -378,7 +408,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         traj.success = False
         traj.end_reason = "env_error"
 
-    def _finish(self, traj: Trajectory, ended_with_eos: bool, reason: str) -> None:
-        traj.append_context(self.chat.closing_ids(ended_with_eos))
+    def _finish(
+        self, traj: Trajectory, chat: ChatFormat, ended_with_eos: bool, reason: str
+    ) -> None:
+        traj.append_context(chat.closing_ids(ended_with_eos))
         traj.done = True
         traj.end_reason = reason

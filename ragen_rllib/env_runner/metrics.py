@@ -13,7 +13,7 @@ from collections import Counter
 
 import numpy as np
 
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.env_runner.trajectory import Trajectory, env_name
 from ragen_rllib.maths.filters import in_group_std
 from ragen_rllib.maths.pass_at_k import mean_pass_at_k
 
@@ -68,3 +68,22 @@ def evaluation_metrics(trajs: list[Trajectory], pass_k: tuple[int, ...]) -> dict
     if "env/format_ok" in out:
         out["format_valid_rate"] = out["env/format_ok"]
     return out
+
+
+def by_env(trajs: list[Trajectory]) -> dict[str, list[Trajectory]]:
+    """A mixture's batch split by env (in the order the envs first appear)."""
+    out: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        out.setdefault(env_name(t), []).append(t)
+    return out
+
+
+def mean_over_envs(per_env: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each metric that every env reports, averaged over the envs (each env weighs
+    the same, whatever its number of states)."""
+    shared = set.intersection(*(set(m) for m in per_env.values())) if per_env else set()
+    return {
+        key: float(np.mean([m[key] for m in per_env.values()]))
+        for key in sorted(shared)
+        if all(isinstance(m[key], int | float) for m in per_env.values())
+    }

@@ -67,6 +67,10 @@ class Trajectory:
     env_id: str
     seed: int
     group: int
+    #: the env's name in the run's mixture (``env_mix``; the id's short name without
+    #: one): per-env metrics, ``reward_norm_grouping: env`` and ``filter_scope: env``
+    #: group by it
+    env_name: str = ""
     segments: list[Segment] = field(default_factory=list)
     turn_spans: list[tuple[int, int, int]] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
@@ -132,3 +136,8 @@ class Trajectory:
         """One turn's sampled ids, at the end of the current segment (response mask 1)."""
         start, end = self.segments[-1].append_generation(ids, behaviour_logp)
         self.turn_spans.append((len(self.segments) - 1, start, end))
+
+
+def env_name(traj: Trajectory) -> str:
+    """The trajectory's env in the run's mixture (its id when no name was set)."""
+    return traj.env_name or traj.env_id

@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from ragen_rllib.algorithms.starpo.config_rules import (
@@ -25,11 +26,13 @@ from ragen_rllib.algorithms.starpo.config_rules import (
     RLLIB_KEYS,
     RULES,
     YAML_NAMES,
+    is_int,
     number_hint,
     rllib_settings,
 )
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
 from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
+from ragen_rllib.env_runner.env_mix import parse_env_mix
 from ragen_rllib.env_runner.eval_suites import resolve_suites
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
@@ -91,6 +94,8 @@ def config_from_user_dict(config_cls, config: dict[str, Any]):
             + " (lambda for lambda_)"
         )
     out = config_cls()
+    if config.get("env_mix") is not None:
+        _derive_from_env_mix(out, config)
     for key, value in config.items():
         if key == "env_config":  # RLlib merges it into the default; a mapping only
             if not isinstance(value, dict):
@@ -108,6 +113,53 @@ def config_from_user_dict(config_cls, config: dict[str, Any]):
                 f"({type(err).__name__}: {err})"
             ) from err
     return out
+
+
+def _derive_from_env_mix(out, config: dict[str, Any]) -> None:
+    """With ``env_mix``: ``env`` is its first entry's id and ``env_groups`` the sum of
+    its groups, unless the config sets them (then they must agree: check_env_mix)."""
+    mix = config["env_mix"]
+    if not isinstance(mix, list | tuple) or not mix:
+        return  # check_values names the key
+    if "env" not in config and isinstance(mix[0], dict) and isinstance(mix[0].get("env"), str):
+        out.env = mix[0]["env"]
+    groups = [e.get("groups") if isinstance(e, dict) else None for e in mix]
+    if "env_groups" not in config and all(is_int(g) and g >= 1 for g in groups):
+        out.env_groups = sum(groups)
+
+
+def check_env_mix(config) -> None:
+    """``env_mix``: well-formed entries of registered envs that can be made and reset
+    with their options, whose groups add up to ``env_groups``; ValueError naming the
+    entry and key."""
+    entries = parse_env_mix(config.env_mix)
+    for i, entry in enumerate(entries):
+        try:
+            check_env(SimpleNamespace(env=entry.env, env_module=config.env_module))
+        except ValueError as err:
+            raise ValueError(f"config env_mix[{i}]: {err}") from None
+    if config.env != entries[0].env:
+        raise ValueError(
+            f"config env={config.env!r} is invalid with env_mix: leave it out (it is the "
+            f"first entry's, {entries[0].env!r})"
+        )
+    if config.env_config:
+        raise ValueError(
+            f"config env_config={config.env_config!r} is invalid with env_mix: give each "
+            "entry its own env_config"
+        )
+    total = sum(e.groups for e in entries)
+    if config.env_groups != total:
+        raise ValueError(
+            f"config env_groups={config.env_groups} is invalid with env_mix: the entries' "
+            f"groups add up to {total}; leave env_groups out or set it to {total}"
+        )
+    for i, entry in enumerate(entries):
+        _make_and_reset(
+            lambda entry=entry: make_eval_env(entry),
+            f"config env_mix[{i}] ({entry.name}): {entry.env} with {entry.env_config!r} "
+            "cannot be made and reset",
+        )
 
 
 def _check_estimator(config, bad) -> None:
@@ -159,10 +211,14 @@ def _check_filter(config, bad) -> None:
     if config.filter_strategy in ("top_k", "top_k_abs") and config.filter_include_zero:
         # How many groups survive is known: the minibatch must fit in them. (The
         # runners split the env_groups between them: P is the total.)
+        # With filter_scope env, each env of the mixture keeps its share of its groups.
+        shares = [config.env_groups]
+        if config.env_mix is not None and config.filter_scope == "env":
+            shares = [e.groups for e in parse_env_mix(config.env_mix)]
         if config.filter_strategy == "top_k":
-            kept = num_groups_to_keep(config.env_groups, config.filter_value_used)
+            kept = sum(num_groups_to_keep(n, config.filter_value_used) for n in shares)
         else:
-            kept = min(config.env_groups, int(config.filter_value_used))
+            kept = sum(min(n, int(config.filter_value_used)) for n in shares)
         if config.minibatch_size > kept * config.group_size:
             raise bad(
                 "minibatch_size",
@@ -179,7 +235,10 @@ def check_values(config) -> None:
         value = getattr(config, key) if value is None else value
         return ValueError(f"config {YAML_NAMES.get(key, key)}={value!r} is invalid: {allowed}")
 
-    check_env(config)
+    if config.env_mix is not None:
+        check_env_mix(config)  # every entry's env, and env and env_groups against them
+    else:
+        check_env(config)
     if not isinstance(config.env_config, dict) or not all(
         isinstance(k, str) for k in config.env_config
     ):

@@ -99,6 +99,7 @@ _CHOICES = {
     "filter_strategy": FILTER_STRATEGIES,
     "filter_direction": FILTER_DIRECTIONS,
     "filter_metric": FILTER_METRICS,
+    "filter_scope": ("env", "all"),
     "engine": ENGINES,
     "prompt_style": PROMPT_STYLES,
     "model_dtype": DTYPES,
@@ -180,6 +181,12 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         none_ok=True,
     ),
     "filter_include_zero": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    # Each entry is checked by env_mix.parse_env_mix (config_checks).
+    "env_mix": (
+        lambda v: v is None or (isinstance(v, list | tuple) and bool(v)),
+        "must be null (the env of `env` alone) or a non-empty list of entries such as "
+        "{env: ragen/SimpleSokoban-v0, groups: 4}",
+    ),
     "loss_agg": (
         lambda v: v is None or (isinstance(v, str) and v in LOSS_AGGS),
         f"allowed values are null (the estimator's own) or {list(LOSS_AGGS)}",

@@ -42,6 +42,11 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # release is skipped and counted (engine/sleeps_skipped).
     "engine_sleep_level": None,
     "rollout_device": "auto",  # where the engine runs: "auto" (cuda if visible), "cpu", "cuda"
+    # Several envs in one run, each with its share of the P groups: a list of
+    # {env, groups, env_config, name, max_turns, prompt_style} (null: `env` alone).
+    # env_groups is then the sum of the groups and env the first entry's id.
+    # ragen_rllib/env_runner/env_mix.py; docs/envs.md, "Mixtures".
+    "env_mix": None,
     "env_groups": 8,  # P: initial states per iteration (paper 8)
     "group_size": 16,  # N: rollouts per initial state (paper 16)
     "max_turns": 5,  # K: turns per trajectory at most (paper 5)
@@ -84,7 +89,8 @@ STARPO_DEFAULTS: dict[str, Any] = {
     "lambda_token": 1.0,  # bi-level GAE: lambda between tokens of a turn
     # Reward normalisation for the group-baseline estimators (grpo, dr_grpo, rloo,
     # reinforce_pp_baseline, gigpo): the group a reward is compared with, "state" (the
-    # rollouts of one initial state), "batch" or "env" (one env id), and the method:
+    # rollouts of one initial state), "batch" or "env" (one env of the mixture), and
+    # the method:
     # "mean_std", "mean", "identity" or "asym_clip" (mean_std clipped to [-1, 3]).
     # Null method: the estimator's own (mean_std for grpo and gigpo, mean otherwise).
     "reward_norm_grouping": "state",
@@ -112,6 +118,10 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # Groups whose rewards are all equal (score 0) may be kept (true) or never (false).
     "filter_include_zero": True,
     "filter_metric": "reward_std",
+    # With env_mix: rank and keep groups within each env ("env": each env keeps its
+    # share of its own groups, so an env with larger rewards cannot crowd out the
+    # others) or over the whole batch ("all").
+    "filter_scope": "env",
     # --- loss ------------------------------------------------------------------------
     "clip_low": 0.2,  # PPO clip epsilon below 1 (paper 0.2)
     "clip_high": 0.28,  # PPO clip epsilon above 1, "clip-higher" (paper 0.28)

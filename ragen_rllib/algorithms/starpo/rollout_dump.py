@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.env_runner.trajectory import Trajectory, env_name
 
 SCHEMA_VERSION = 1
 SCHEMA_KEY = b"ragen_rllib.schema_version"
@@ -47,6 +47,7 @@ _COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("policy_version", pa.int64(), "learner updates behind the weights that sampled it"),
     ("policy_lag", pa.int64(), "the learner's policy version at sampling time minus that"),
     ("env_id", pa.string(), "Gymnasium id of the env"),
+    ("env_name", pa.string(), "the env's name in the run's mixture (env_mix)"),
     ("seed", pa.int64(), "the initial state's seed"),
     ("group", pa.int64(), "group (initial state) index within the batch"),
     ("trajectory", pa.int64(), "trajectory index within the batch"),
@@ -103,6 +104,7 @@ def turn_rows(
                 "policy_version": traj.policy_version,
                 "policy_lag": policy_version - traj.policy_version,
                 "env_id": traj.env_id,
+                "env_name": env_name(traj),
                 "seed": traj.seed,
                 "group": traj.group,
                 "trajectory": index,

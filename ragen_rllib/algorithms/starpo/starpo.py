@@ -63,9 +63,10 @@ from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
 from ragen_rllib.distributed.learner_group import build_learner_group
 from ragen_rllib.env_runner.env_loading import import_env_modules
+from ragen_rllib.env_runner.env_mix import mix_entries
 from ragen_rllib.env_runner.eval_suites import EvalEnv, resolve_suites
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-from ragen_rllib.env_runner.metrics import rollout_metrics
+from ragen_rllib.env_runner.metrics import by_env, mean_over_envs, rollout_metrics
 from ragen_rllib.env_runner.prompts import system_prompt_for
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
@@ -272,6 +273,7 @@ class StarPO(SamplingMixin, Algorithm):
         super().setup(config)
         self._buffer = FreshnessBuffer(self.config.online_k, self.config.max_policy_lag)
         self._sample_stage = build_sample_pipeline(self.config)
+        self._mix = mix_entries(self.config)
         self._lifetime = dict.fromkeys(LIFETIME_COUNTERS, 0)
         # The training seed stream: the driver draws every iteration's P initial
         # states and hands the runners their shares, so the stream does not depend
@@ -325,6 +327,9 @@ class StarPO(SamplingMixin, Algorithm):
                 trajs, busy = self._collect_sample()
                 waited = time.perf_counter() - wait_start
             self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
+            if len(self._mix) > 1:  # every rollout metric per env of the mixture too
+                for name, part in by_env(trajs).items():
+                    self.metrics.log_dict(rollout_metrics(part), key=("rollout", name), window=1)
             self.metrics.log_dict(diversity_metrics(trajs), key="collapse", window=1)
             every = cfg.collapse_metrics_interval
             if every and self.training_iteration % every == 0:
@@ -509,8 +514,16 @@ class StarPO(SamplingMixin, Algorithm):
         env: EvalEnv | None = None,
     ) -> dict[str, float]:
         """Success, pass@k and rewards on fixed initial states of the training env, or
-        of a suite's ``env`` (the paper's protocol by default)."""
+        of a suite's ``env`` (the paper's protocol by default). With a mixture: each
+        env's metrics under its name, and their mean over the envs."""
         cfg = self.config
+        if env is None and len(self._mix) > 1:
+            kwargs = {"num_states": num_states, "temperature": temperature}
+            per_env = {
+                e.name: self.evaluate_success(first_seed=first_seed, env=e, **kwargs)
+                for e in self._mix
+            }
+            return {**mean_over_envs(per_env), **per_env}
         args = (
             num_states or cfg.eval_num_states,
             cfg.eval_seed if first_seed is None else first_seed,
