@@ -26,10 +26,12 @@ from typing import Any
 from ragen_rllib.cli.experiments import UsageError
 
 #: (title, [(label, key path in a result row)]), one panel each. A path with "*"
-#: stands for every evaluation suite env found in the rows.
+#: stands for every key found there in the rows (a mixture's env, a suite and its env).
 PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("success", (("train", "rollout/success_rate"), ("eval", "evaluation/success_rate"))),
-    ("eval success per suite env", (("", "evaluation/*/*/success_rate"),)),
+    ("train success per env (env_mix)", (("", "rollout/*/success_rate"),)),
+    ("eval success per env (env_mix) and suite env",
+     (("", "evaluation/*/success_rate"), ("", "evaluation/*/*/success_rate"))),
     ("reward", (("", "rollout/reward_mean"),)),
     ("in-group reward std", (("", "rollout/in_group_reward_std"),)),
     ("entropy", (("", "learners/default_policy/entropy"),)),
