@@ -333,3 +333,23 @@ print(json.dumps(rows, default=float))
     rows = run_script(script, tmp_path, timeout=300, define={"config": config})
     assert [(r["trajectories"], r["errors"], r["trained"]) for r in rows] == [(8, 0, 8)] * 2
     assert all(0.0 <= r["success"] <= 1.0 and r["loss"] == r["loss"] for r in rows)
+
+
+def test_an_env_mix_entry_may_be_a_server(servers):
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+
+    server = servers("ragen/Bandit-v0", "--env-config", "{}")
+    mix = [
+        {"env": server.url, "groups": 1, "name": "remote", "env_config": {"timeout_s": 5}},
+        {"env": "ragen/FrozenLakeNoSlip-v0", "groups": 1, "max_turns": 2},
+    ]
+    base = {k: v for k, v in tiny_dict().items() if k not in ("env", "env_groups")}
+    cfg = StarPOConfig.from_user_dict({**base, "env_mix": mix, "max_turns": 2})
+    cfg.check_values()
+    trajs = LLMEnvRunner(config=cfg, worker_index=0).sample()
+    assert sorted(t.env_name for t in trajs) == ["FrozenLakeNoSlip"] * 2 + ["remote"] * 2
+    assert not [t.error for t in trajs if t.end_reason == "env_error"]
+    bad = [{**mix[0], "env": f"openenv+http://127.0.0.1:{free_port()}"}, mix[1]]
+    with pytest.raises(ValueError, match=r"config env_mix\[0\]: config env='openenv.*does not"):
+        StarPOConfig.from_user_dict({**base, "env_mix": bad, "max_turns": 2}).check_values()

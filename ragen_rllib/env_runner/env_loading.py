@@ -90,7 +90,7 @@ def check_env(config: Any) -> None:
         )
     if is_remote_id(env):
         import_env_modules(config)
-        check_remote(env, config.env_config, "env")
+        check_remote(env, getattr(config, "env_config", None), "env")
         return
     if env.count(":") > 1:
         raise ValueError(f"config env={env!r} is invalid: at most one ':' (module:EnvId)")
