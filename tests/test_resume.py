@@ -22,14 +22,30 @@ CONFIG = tiny_dict(
     shuffle_batch_per_epoch=True, advantage_estimator="gae", lr=1.0e-3, critic_lr=1.0e-3,
     seed=3,
 )  # fmt: skip
-EXPERIMENT = f"""
+# The same with a mixture: one Bandit group (one turn) and two FrozenLakeNoSlip groups.
+MIX = {k: v for k, v in CONFIG.items() if k not in ("env", "env_groups")} | {
+    "env_mix": [
+        {"env": "ragen/Bandit-v0", "groups": 1, "max_turns": 1},
+        {"env": "ragen/FrozenLakeNoSlip-v0", "groups": 2, "prompt_style": "compact"},
+    ]
+}
+EXPERIMENTS = {
+    "one env": f"""
 resume-test:
   run: StarPO
   env: {CONFIG["env"]}
   stop: {{training_iteration: 5}}
   checkpoint_config: {{checkpoint_frequency: 1, checkpoint_at_end: true}}
   config: {json.dumps({k: v for k, v in CONFIG.items() if k != "env"})}
-"""
+""",
+    "mixture": f"""
+resume-test:
+  run: StarPO
+  stop: {{training_iteration: 5}}
+  checkpoint_config: {{checkpoint_frequency: 1, checkpoint_at_end: true}}
+  config: {json.dumps(MIX)}
+""",
+}
 # Metrics that depend on the sampled tokens, the update and the counters (not on time).
 COMPARED = {
     "rollout": ("reward_mean", "success_rate", "response_length_mean", "in_group_reward_std"),
@@ -62,7 +78,11 @@ def _rows(storage: Path) -> list[dict]:
 
 def _compared(row: dict) -> dict:
     out = {}
-    for section, keys in COMPARED.items():
+    sections = dict(COMPARED)
+    for name in ("Bandit", "FrozenLakeNoSlip"):  # a mixture's per-env metrics
+        if name in row["rollout"]:
+            sections[f"rollout/{name}"] = COMPARED["rollout"]
+    for section, keys in sections.items():
         values = row
         for part in section.split("/"):
             values = values[part]
@@ -70,9 +90,10 @@ def _compared(row: dict) -> dict:
     return out
 
 
-def test_killed_run_resumes_without_losing_iterations(tmp_path):
+@pytest.mark.parametrize("kind", list(EXPERIMENTS))
+def test_killed_run_resumes_without_losing_iterations(tmp_path, kind):
     yaml_file = tmp_path / "resume.yaml"
-    yaml_file.write_text(EXPERIMENT)
+    yaml_file.write_text(EXPERIMENTS[kind])
     env = private_env(tmp_path)
 
     reference = tmp_path / "uninterrupted"
@@ -117,6 +138,8 @@ def test_killed_run_resumes_without_losing_iterations(tmp_path):
     got = {r["training_iteration"]: _compared(r) for r in resumed}  # the last row wins
     for iteration in (4, 5):
         assert got[iteration] == pytest.approx(expected[iteration], rel=1e-6, abs=1e-7), iteration
+    if kind == "mixture":
+        assert "rollout/Bandit/success_rate" in got[5]
     # Lifetime counters continue across the restore: 6 trajectories per iteration.
     assert got[5]["counters/num_trajectories_lifetime"] == 30
 
