@@ -19,6 +19,7 @@ from .answer_env import AnswerEnv, AnswerResult
 from .bandit import Arm, BanditEnv
 from .base import TextEnv
 from .countdown import CountdownEnv
+from .dataset_qa import DatasetQAEnv
 from .frozenlake import FrozenLakeEnv
 from .game2048 import Game2048Env
 from .parsing import AnswerBlock, ParsedAnswer, ParserConfig, parse_answer, read_answer_block
@@ -57,6 +58,8 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
     "ragen/Sudoku4x4-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 4}),
     "ragen/Sudoku9x9-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 9}),
     "ragen/2048-v0": ("ragen_envs.game2048:Game2048Env", {}),
+    # Question answering over a dataset of word problems.
+    "ragen/MathWordProblems-v0": ("ragen_envs.dataset_qa:DatasetQAEnv", {}),
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on: its vocabulary and warm-start
@@ -87,6 +90,7 @@ __all__ = [
     "Arm",
     "BanditEnv",
     "CountdownEnv",
+    "DatasetQAEnv",
     "FrozenLakeEnv",
     "Game2048Env",
     "ParsedAnswer",

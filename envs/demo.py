@@ -3,8 +3,8 @@
 A quick way to see the environments work end to end, through the same text
 interface a language model uses: each agent writes answers such as
 ``<think>...</think><answer>Up || Left</answer>``, or, for the free-text envs,
-an expression or placements. The random agent of a free-text env writes random
-well-formed answers of that env's kind.
+an expression, placements or a number. The random agent of a
+free-text env writes random well-formed answers of that env's kind.
 
     python -m ragen_envs.demo --episodes 100
 """
@@ -24,6 +24,7 @@ from .base import TextEnv
 from .countdown import CountdownEnv
 from .countdown_expr import random_expression
 from .countdown_expr import solve as solve_countdown
+from .dataset_qa import DatasetQAEnv
 from .frozenlake import FrozenLakeEnv, shortest_path
 from .game2048 import Game2048Env, plan_moves
 from .sokoban import SokobanEnv
@@ -40,7 +41,7 @@ def _answer(actions: list[str], separator: str) -> str:
 
 def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
     """The next turn's actions from a planner: exact (BFS, best mean arm, search, the
-    Sudoku solver) or, for 2048, a heuristic."""
+    Sudoku solver, the gold answer) or, for 2048, a heuristic."""
     if isinstance(env, BanditEnv):
         return [max(env.arms, key=lambda a: a.mean).name]
     if isinstance(env, FrozenLakeEnv):
@@ -60,6 +61,8 @@ def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
         return [f"r{i // n + 1}c{i % n + 1}={solution[i]}" for i in todo[: env.parser.max_actions]]
     if isinstance(env, Game2048Env):  # a heuristic: the turn's new tiles are not seen
         return plan_moves(env.board, env.size, env.parser.max_actions, rng)
+    if isinstance(env, DatasetQAEnv):  # the gold answer
+        return [env.gold]
     raise TypeError(f"no planner for {type(env).__name__}")
 
 
@@ -73,6 +76,8 @@ def random_agent(env: TextEnv, rng: np.random.Generator) -> list[str]:
         cells = [free[int(k)] for k in rng.integers(len(free), size=count)]
         n = env.size
         return [f"r{i // n + 1}c{i % n + 1}={int(rng.integers(1, n + 1))}" for i in cells]
+    if isinstance(env, DatasetQAEnv):
+        return [str(int(rng.integers(0, 201)))]
     n = int(rng.integers(1, env.parser.max_actions + 1))
     return [str(a) for a in rng.choice(env.action_names, size=n)]
 

@@ -22,6 +22,7 @@ ANSWER_IDS = (
     "ragen/CountdownMultiTurn-v0",
     "ragen/Sudoku4x4-v0",
     "ragen/Sudoku9x9-v0",
+    "ragen/MathWordProblems-v0",
 )
 
 TAG_SOUP = st.lists(
@@ -37,7 +38,7 @@ TAG_SOUP = st.lists(
 
 def test_ids_are_registered():
     assert set(ENV_IDS) <= set(gym.registry)
-    assert len(ENV_IDS) == 14
+    assert len(ENV_IDS) == 15
     # The built-in model's nine envs come first and stay registered unchanged.
     assert ENV_IDS[: len(BUILTIN_MODEL_ENV_IDS)] == BUILTIN_MODEL_ENV_IDS
     assert not set(ANSWER_IDS) & set(BUILTIN_MODEL_ENV_IDS)
