@@ -23,6 +23,7 @@ from .dataset_qa import DatasetQAEnv
 from .frozenlake import FrozenLakeEnv
 from .game2048 import Game2048Env
 from .parsing import AnswerBlock, ParsedAnswer, ParserConfig, parse_answer, read_answer_block
+from .search_qa import SearchQAEnv
 from .sokoban import SokobanEnv
 from .sudoku import SudokuEnv
 
@@ -58,8 +59,9 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
     "ragen/Sudoku4x4-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 4}),
     "ragen/Sudoku9x9-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 9}),
     "ragen/2048-v0": ("ragen_envs.game2048:Game2048Env", {}),
-    # Question answering over a dataset of word problems.
+    # Question answering: a dataset of word problems, and search with a tool (BM25).
     "ragen/MathWordProblems-v0": ("ragen_envs.dataset_qa:DatasetQAEnv", {}),
+    "ragen/SearchQA-v0": ("ragen_envs.search_qa:SearchQAEnv", {}),
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on: its vocabulary and warm-start
@@ -95,6 +97,7 @@ __all__ = [
     "Game2048Env",
     "ParsedAnswer",
     "ParserConfig",
+    "SearchQAEnv",
     "SokobanEnv",
     "SudokuEnv",
     "TextEnv",

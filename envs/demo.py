@@ -3,7 +3,7 @@
 A quick way to see the environments work end to end, through the same text
 interface a language model uses: each agent writes answers such as
 ``<think>...</think><answer>Up || Left</answer>``, or, for the free-text envs,
-an expression, placements or a number. The random agent of a
+an expression, placements, a number or a search command. The random agent of a
 free-text env writes random well-formed answers of that env's kind.
 
     python -m ragen_envs.demo --episodes 100
@@ -27,6 +27,7 @@ from .countdown_expr import solve as solve_countdown
 from .dataset_qa import DatasetQAEnv
 from .frozenlake import FrozenLakeEnv, shortest_path
 from .game2048 import Game2048Env, plan_moves
+from .search_qa import SearchQAEnv, oracle_command
 from .sokoban import SokobanEnv
 from .sokoban_solver import solve
 from .sudoku import SudokuEnv
@@ -41,7 +42,7 @@ def _answer(actions: list[str], separator: str) -> str:
 
 def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
     """The next turn's actions from a planner: exact (BFS, best mean arm, search, the
-    Sudoku solver, the gold answer) or, for 2048, a heuristic."""
+    Sudoku solver, the gold answer, the search oracle) or, for 2048, a heuristic."""
     if isinstance(env, BanditEnv):
         return [max(env.arms, key=lambda a: a.mean).name]
     if isinstance(env, FrozenLakeEnv):
@@ -63,6 +64,8 @@ def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
         return plan_moves(env.board, env.size, env.parser.max_actions, rng)
     if isinstance(env, DatasetQAEnv):  # the gold answer
         return [env.gold]
+    if isinstance(env, SearchQAEnv):  # searches the question's chain of passages by title
+        return [oracle_command(env)]
     raise TypeError(f"no planner for {type(env).__name__}")
 
 
@@ -78,6 +81,9 @@ def random_agent(env: TextEnv, rng: np.random.Generator) -> list[str]:
         return [f"r{i // n + 1}c{i % n + 1}={int(rng.integers(1, n + 1))}" for i in cells]
     if isinstance(env, DatasetQAEnv):
         return [str(int(rng.integers(0, 201)))]
+    if isinstance(env, SearchQAEnv):  # search or answer a random passage's title
+        title = env.corpus.passages[int(rng.integers(len(env.corpus.passages)))].title
+        return [f"{'search' if rng.random() < 0.5 else 'answer'}: {title}"]
     n = int(rng.integers(1, env.parser.max_actions + 1))
     return [str(a) for a in rng.choice(env.action_names, size=n)]
 

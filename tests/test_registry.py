@@ -23,6 +23,7 @@ ANSWER_IDS = (
     "ragen/Sudoku4x4-v0",
     "ragen/Sudoku9x9-v0",
     "ragen/MathWordProblems-v0",
+    "ragen/SearchQA-v0",
 )
 
 TAG_SOUP = st.lists(
@@ -38,7 +39,7 @@ TAG_SOUP = st.lists(
 
 def test_ids_are_registered():
     assert set(ENV_IDS) <= set(gym.registry)
-    assert len(ENV_IDS) == 15
+    assert len(ENV_IDS) == 16
     # The built-in model's nine envs come first and stay registered unchanged.
     assert ENV_IDS[: len(BUILTIN_MODEL_ENV_IDS)] == BUILTIN_MODEL_ENV_IDS
     assert not set(ANSWER_IDS) & set(BUILTIN_MODEL_ENV_IDS)
