@@ -185,7 +185,7 @@ def plot_curves(trials: list[Path], labels: list[str], results: list[list[dict]]
     notes = [f"{lab}: collapse warning at {w}" for lab, rows in zip(labels, results, strict=True)
              if (w := warning_iteration(rows)) is not None]  # fmt: skip
     fig.suptitle("; ".join(notes) or " ", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title above the first row
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
