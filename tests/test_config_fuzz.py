@@ -84,6 +84,7 @@ CHOICES = {
     "filter_strategy": ("top_k", "top_k_abs", "top_p", "min_p"),
     "filter_direction": ("largest", "smallest"),
     "filter_metric": ("reward_std", "reward_variance"),
+    "filter_scope": ("env", "all"),
     "engine": ("hf",),
     "prompt_style": ("full", "compact"),
     "model_dtype": ("float32", "bfloat16"),
@@ -97,7 +98,7 @@ SPECIAL = {
     "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",
     "env", "env_module", "env_config", "filter_value", "loss_agg", "reward_norm_method",
     "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
-    "max_tokens_per_microbatch",
+    "max_tokens_per_microbatch", "env_mix",
 }  # fmt: skip
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 NORM_METHODS = ("mean_std", "mean", "identity", "asym_clip")
@@ -117,6 +118,7 @@ CROSS_KEYS = {
     "online_k", "max_policy_lag", "async_rollouts", "filter_strategy", "filter_value",
     "filter_include_zero", "reward_norm_grouping", "reward_norm_method",
     "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
+    "env_mix", "filter_scope",
 }  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}
@@ -185,6 +187,20 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return v is None or (_int(v) and 1 <= v < 2**31)
     if key == "engine_sleep_level":  # > 0 only with the engine beside the learner
         return v is None or (_int(v) and v in (0, 1, 2))
+    if key == "env_mix":  # null (env alone) or entries; env and env_groups must agree
+        if v is None:
+            return True
+        entry_keys = {"env", "groups", "env_config", "name", "max_turns", "prompt_style"}
+        if isinstance(v, list) and v and all(isinstance(e, dict) for e in v):
+            if all(
+                set(e) <= entry_keys and e.get("env") in ENV_IDS and _int(e.get("groups"))
+                and e["groups"] >= 1 and set(e) <= {"env", "groups"}
+                for e in v
+            ):  # fmt: skip
+                names = [e["env"] for e in v]
+                return len(set(names)) == len(names)
+            return None
+        return False
     if key == "eval_suites":  # null, built-in names, or a mapping (checked in depth)
         if v is None or (isinstance(v, list) and v and all(n in BUILTIN_SUITES for n in v)):
             return True
@@ -234,6 +250,9 @@ def valid_sample(key: str, rng: random.Random) -> Any:
         "engine_sleep_level": rng.choice([None, 0, 1, 2]),
         "max_tokens_per_microbatch": rng.choice([None, 1024, 16384]),
         "eval_suites": rng.choice([None, ["bandit"], ["frozenlake", "sokoban"]]),
+        "env_mix": rng.choice(
+            [None, [{"env": ENV_IDS[0], "groups": 2}, {"env": ENV_IDS[1], "groups": 2}]]
+        ),
     }[key]
 
 
@@ -505,7 +524,7 @@ def test_fuzzed_tuned_example_fails_cleanly_naming_the_key(example, tmp_path, bu
 def test_the_fuzzer_covers_every_example():
     assert {p.stem for p in EXAMPLES} >= {
         "bandit_cpu", "bandit_starpo", "frozenlake_cpu", "frozenlake_starpo",
-        "sokoban_cpu", "sokoban_starpo",
+        "sokoban_cpu", "sokoban_starpo", "mix_cpu",
     }  # fmt: skip
 
 
