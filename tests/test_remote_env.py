@@ -22,10 +22,18 @@ import gymnasium as gym
 import pytest
 from conftest import run_script, tiny_config, tiny_dict
 
-import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.remote import OpenEnvTextEnv, RemoteEnvError, base_url_of, check_server
-from ragen_envs.serve import jsonable
-from ragen_rllib.env_runner.prompts import render_turn, with_instructions
+# The `openenv` extra (the vLLM test environment does not install it).
+pytest.importorskip("openenv")
+
+import ragen_envs  # noqa: E402, F401  (registers the ids)
+from ragen_envs.remote import (  # noqa: E402
+    OpenEnvTextEnv,
+    RemoteEnvError,
+    base_url_of,
+    check_server,
+)
+from ragen_envs.serve import jsonable  # noqa: E402
+from ragen_rllib.env_runner.prompts import render_turn, with_instructions  # noqa: E402
 
 USER_ENVS = Path(__file__).resolve().parent / "user_envs"
 SOKOBAN = "ragen/SimpleSokoban-v0"

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 from conftest import run_script, tiny_dict
-from test_remote_env import serve
 
-pytest.importorskip("openenv")
+pytest.importorskip("openenv")  # the `openenv` extra
 pytestmark = pytest.mark.slow
+
+from test_remote_env import serve  # noqa: E402
 
 
 def test_a_server_killed_mid_run_costs_counted_env_errors_within_the_budget(tmp_path):
