@@ -28,6 +28,7 @@ passages that match no query word are not returned.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -155,17 +156,33 @@ def _read_questions(path: str) -> list[SearchQuestion]:
     return questions
 
 
-class SearchIndex:
-    """A BM25 index (bm25s) over a corpus; build it through :func:`get_index`."""
-
-    def __init__(self, corpus: Corpus) -> None:
+def import_bm25s():
+    """``bm25s`` on its NumPy backend. Imported with numba hidden unless something
+    imported numba already: bm25s would import numba (and llvmlite) whenever it is
+    installed, and vLLM's CPU build, which installs it, fails to start an engine in
+    a process that has llvmlite loaded. The NumPy backend also needs no JIT warm-up."""
+    if "bm25s" in sys.modules or "numba" in sys.modules:
+        import bm25s
+    else:
+        sys.modules["numba"] = None  # type: ignore[assignment]  # ImportError on import
         try:
             import bm25s
-            from bm25s.tokenization import Tokenized, Tokenizer
         except ImportError as err:  # pragma: no cover - bm25s is a dependency
             raise ImportError(
                 "the search env needs bm25s: pip install bm25s (it comes with ragen-rllib)"
             ) from err
+        finally:
+            del sys.modules["numba"]
+    return bm25s
+
+
+class SearchIndex:
+    """A BM25 index (bm25s) over a corpus; build it through :func:`get_index`."""
+
+    def __init__(self, corpus: Corpus) -> None:
+        bm25s = import_bm25s()
+        from bm25s.tokenization import Tokenized, Tokenizer
+
         self.corpus = corpus
         self.tokenizer = Tokenizer(stopwords="en")
         documents = [f"{p.title}. {p.text}" for p in corpus.passages]

@@ -5,16 +5,17 @@ observations, the user's own corpus, and one corpus and index per process."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-import bm25s
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import ragen_envs  # noqa: F401  (registers the ids)
 from ragen_envs.qa_answers import normalize_text
-from ragen_envs.search_index import get_index, load_corpus, load_questions
+from ragen_envs.search_index import get_index, import_bm25s, load_corpus, load_questions
 from ragen_envs.search_qa import SearchQAEnv, oracle_command
 from ragen_envs.search_world import generate_world
 
@@ -295,6 +296,7 @@ def test_user_file_errors_name_the_kwarg(tmp_path, user_files):
 
 def test_corpus_and_index_are_built_once_per_process(tmp_path, monkeypatch, user_files):
     builds = []
+    bm25s = import_bm25s()
     original = bm25s.BM25.index
 
     def counting(self, *args, **kwargs):
@@ -319,3 +321,19 @@ def test_corpus_and_index_are_built_once_per_process(tmp_path, monkeypatch, user
     assert len(builds) == 1
     # The generated world too: every env of the process shares its index.
     assert SearchQAEnv().index is SearchQAEnv(top_k=5).index is get_index(load_corpus())
+
+
+@pytest.mark.vllm
+def test_a_search_index_leaves_llvmlite_unloaded_for_vllm():
+    """bm25s imports numba whenever it is installed (vLLM's CPU build installs it), and
+    a process with llvmlite loaded cannot start a vLLM engine: the index imports bm25s
+    with numba hidden. Run in a fresh process, in the vLLM test environment."""
+    script = (
+        "import sys\n"
+        "from ragen_envs.search_index import get_index, load_corpus\n"
+        "get_index(load_corpus(None))\n"
+        "print(sorted(m for m in ('numba', 'llvmlite', 'bm25s') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "['bm25s']"
