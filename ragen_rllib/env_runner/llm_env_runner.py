@@ -262,6 +262,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         window = cfg.context_window
         entries = [env or entry_of_group(self._mix, g) for g in groups]
         styles = [style_of(e, cfg.prompt_style) for e in entries]
+        chats = [self._chats[style] for style in styles]
         limits = [turns_of(e, cfg.max_turns) for e in entries]
         start = time.perf_counter()
         envs = self._make_envs(entries)
@@ -276,7 +277,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         # over half the runner's own time per Bandit sample; bench_async.py --device-time).
         first_ids: dict[tuple[str, str], list[int]] = {}
         for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
-            style, chat = styles[i], self._chats.get(styles[i], self.chat)
+            style, chat = styles[i], chats[i]
             traj = Trajectory(
                 env_id=entries[i].env,
                 env_name=entries[i].name,
@@ -321,7 +322,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             still_active = []
             for i, gen in zip(active, gens, strict=True):
                 traj, env = trajs[i], envs[i]
-                style, chat = styles[i], self._chats.get(styles[i], self.chat)
+                style, chat = styles[i], chats[i]
                 if window is not None:
                     traj.start_segment(prompts[i])
                 traj.append_generation(gen.ids, gen.behaviour_logp)
