@@ -65,19 +65,9 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on: its vocabulary and warm-start
-#: transcripts are built from these envs only, so adding an env to the registry
-#: leaves the shipped model unchanged.
-BUILTIN_MODEL_ENV_IDS: tuple[str, ...] = (
-    "ragen/Bandit-v0",
-    "ragen/BanditTeacherEngineer-v0",
-    "ragen/BanditHeldOut-v0",
-    "ragen/BanditRev-v0",
-    "ragen/SimpleSokoban-v0",
-    "ragen/LargeSokoban-v0",
-    "ragen/SokobanNewVocab-v0",
-    "ragen/FrozenLake-v0",
-    "ragen/FrozenLakeNoSlip-v0",
-)
+#: transcripts are built from these envs only, so an env added to the registry
+#: later leaves the shipped model unchanged until it is rebuilt with the env here.
+BUILTIN_MODEL_ENV_IDS: tuple[str, ...] = ENV_IDS
 
 for _env_id, (_entry_point, _kwargs) in _REGISTRY.items():
     if _env_id not in gym.registry:

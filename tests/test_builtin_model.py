@@ -31,7 +31,7 @@ from ragen_rllib.models.builtin import (
     get_builtin_model,
     packaged_model,
 )
-from ragen_rllib.models.quality import format_valid_rate
+from ragen_rllib.models.quality import format_valid_by_env, format_valid_rate
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.models.spec import BuiltinSpec
 from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
@@ -340,17 +340,50 @@ def test_builtin_resolves_to_the_shipped_weights_without_a_build(shipped_model, 
     assert size < 8 * 2**20
 
 
+@pytest.fixture(scope="module")
+def shipped_answers(shipped_model):
+    """{style: [per-env (well formed, accepted, answers) for sampling seeds 0-4]}: the
+    draws of the build record's checks (96 first-turn prompts, 6 per env, T=1)."""
+    return {
+        style: [
+            format_valid_by_env(shipped_model, n=96, temperature=1.0, seed=s, prompt_style=style)
+            for s in range(5)
+        ]
+        for style in ("compact", "full")
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("style", ["compact", "full"])
-def test_shipped_model_answers_in_format(shipped_model, raw_model, style):
-    """Loaded with the Auto classes (inside format_valid_rate): sampled first answers of
-    every env (10 prompts each) at temperature 1, under five sampling seeds."""
-    rates = [
-        format_valid_rate(shipped_model, n=90, temperature=1.0, seed=s, prompt_style=style)
-        for s in range(5)
-    ]
+def test_shipped_model_answers_in_format(shipped_answers, raw_model, style):
+    """Loaded with the Auto classes (inside format_valid_by_env): at least 90% of the
+    sampled first answers are well formed under every sampling seed. The grids' and
+    bandits' answers are also accepted in their state as often as they are well formed
+    (an action name is valid in any state)."""
+    rates = []
+    for counts in shipped_answers[style]:
+        assert set(counts) == set(ragen_envs.BUILTIN_MODEL_ENV_IDS)
+        rates.append(sum(well_formed for well_formed, _, _ in counts.values()) / 96)
+        for env_id, (well_formed, accepted, _) in counts.items():
+            assert accepted <= well_formed, env_id
+            if gym.make(env_id).unwrapped.action_names:
+                assert accepted == well_formed, env_id
     assert min(rates) >= 0.9, rates
-    assert format_valid_rate(raw_model, n=18, temperature=1.0, prompt_style=style) < 0.2
+    assert format_valid_rate(raw_model, n=32, temperature=1.0, prompt_style=style) < 0.2
+
+
+@pytest.mark.slow
+def test_shipped_model_is_well_formed_on_every_env(shipped_answers):
+    """The warm-start gate per env: at least 85% well formed over the 60 answers each env
+    gets (both prompt styles, five seeds), as the build record's checks count them."""
+    totals = {}
+    for draws in shipped_answers.values():
+        for counts in draws:
+            for env_id, row in counts.items():
+                totals[env_id] = np.add(totals.get(env_id, (0, 0, 0)), row)
+    assert all(total == 60 for _, _, total in totals.values()), totals
+    shares = {env_id: well_formed / total for env_id, (well_formed, _, total) in totals.items()}
+    assert min(shares.values()) >= 0.85, shares
 
 
 def test_stale_or_damaged_shipped_weights(tmp_path, caplog):

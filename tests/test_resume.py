@@ -22,11 +22,14 @@ CONFIG = tiny_dict(
     shuffle_batch_per_epoch=True, advantage_estimator="gae", lr=1.0e-3, critic_lr=1.0e-3,
     seed=3,
 )  # fmt: skip
-# The same with a mixture: one Bandit group (one turn) and two FrozenLakeNoSlip groups.
+# The same with a mixture of three envs, one group each: Sokoban, FrozenLakeNoSlip (in
+# compact prompts) and Countdown (one attempt: one turn).
+MIXED = ("SimpleSokoban", "FrozenLakeNoSlip", "Countdown")
 MIX = {k: v for k, v in CONFIG.items() if k not in ("env", "env_groups")} | {
     "env_mix": [
-        {"env": "ragen/Bandit-v0", "groups": 1, "max_turns": 1},
-        {"env": "ragen/FrozenLakeNoSlip-v0", "groups": 2, "prompt_style": "compact"},
+        {"env": "ragen/SimpleSokoban-v0", "groups": 1},
+        {"env": "ragen/FrozenLakeNoSlip-v0", "groups": 1, "prompt_style": "compact"},
+        {"env": "ragen/Countdown-v0", "groups": 1, "max_turns": 1},
     ]
 }
 EXPERIMENTS = {
@@ -79,7 +82,7 @@ def _rows(storage: Path) -> list[dict]:
 def _compared(row: dict) -> dict:
     out = {}
     sections = dict(COMPARED)
-    for name in ("Bandit", "FrozenLakeNoSlip"):  # a mixture's per-env metrics
+    for name in MIXED:  # a mixture's per-env metrics
         if name in row["rollout"]:
             sections[f"rollout/{name}"] = COMPARED["rollout"]
     for section, keys in sections.items():
@@ -139,7 +142,7 @@ def test_killed_run_resumes_without_losing_iterations(tmp_path, kind):
     for iteration in (4, 5):
         assert got[iteration] == pytest.approx(expected[iteration], rel=1e-6, abs=1e-7), iteration
     if kind == "mixture":
-        assert "rollout/Bandit/success_rate" in got[5]
+        assert {f"rollout/{name}/success_rate" for name in MIXED} <= set(got[5])
     # Lifetime counters continue across the restore: 6 trajectories per iteration.
     assert got[5]["counters/num_trajectories_lifetime"] == 30
 

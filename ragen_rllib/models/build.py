@@ -2,6 +2,7 @@
 
     python -m ragen_rllib.models.build                      # the shipped build
     python -m ragen_rllib.models.build --steps 3 --out /tmp/x --no-checks  # a smoke run
+    python -m ragen_rllib.models.build --recheck            # re-run the checks only
 
 The shipped build pretrains the default :class:`~ragen_rllib.models.spec.BuiltinSpec`
 (seed 0) on random-play transcripts and writes a standard Hugging Face model
@@ -15,9 +16,10 @@ records:
 - ``sha256`` of every file, checked before the files are used;
 - the exact versions of Python, torch, transformers, tokenizers, numpy and
   gymnasium, the thread count, the wall time and the loss curve (every 50th step);
-- ``checks``: the share of sampled first answers that are well formed and
-  valid (5 sampling seeds, both prompt styles) and how often the model
-  predicts a whole next observation exactly (teacher forcing, held-out seeds).
+- ``checks``: the share of sampled first answers that are well formed (5
+  sampling seeds, both prompt styles, and per env), the share the env also
+  accepts in its state (per env), and how often the model predicts a whole
+  next observation exactly (teacher forcing, held-out seeds).
 
 A rebuild on another machine or with other versions may differ in the last
 bits of the weights (float sums run in another order); that is why the
@@ -49,7 +51,7 @@ from ragen_rllib.models.builtin import (
     file_digests,
 )
 from ragen_rllib.models.pretraining import pretrain
-from ragen_rllib.models.quality import format_valid_rate, next_observation_accuracy
+from ragen_rllib.models.quality import format_valid_by_env, next_observation_accuracy
 from ragen_rllib.models.spec import BUILD_VERSION, BuiltinSpec
 from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
 
@@ -66,6 +68,34 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[package] = "missing"
     return found
+
+
+def quality_checks(path: str) -> dict[str, Any]:
+    """The warm-start gate and the next-observation check of the model at ``path``:
+    sampled first answers at temperature 1 over 5 sampling seeds of 96 prompts in
+    each prompt style: the share well formed (per seed, the gate; and per env over
+    all 10 draws), the share the env also accepts in its state (per env), and the
+    next-observation accuracy."""
+    per_env: dict[str, list[int]] = {}
+    overall: dict[str, list[float]] = {}
+    for style in ("compact", "full"):
+        overall[style] = []
+        for s in range(5):
+            counts = format_valid_by_env(path, n=96, temperature=1.0, seed=s, prompt_style=style)
+            overall[style].append(sum(w for w, _, _ in counts.values()) / 96)
+            for env_id, row in counts.items():
+                acc = per_env.setdefault(env_id, [0, 0, 0])
+                for i, value in enumerate(row):
+                    acc[i] += value
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    return {
+        "format_valid_T1": overall,
+        "format_valid_T1_per_env": {e: round(w / t, 4) for e, (w, _, t) in per_env.items()},
+        "accepted_T1_per_env": {e: round(a / t, 4) for e, (_, a, t) in per_env.items()},
+        "next_observation_exact": next_observation_accuracy(
+            model, AutoTokenizer.from_pretrained(path)
+        ),
+    }
 
 
 def build(
@@ -113,25 +143,27 @@ def build(
             "sha256": file_digests(tmp),
         }
         if checks:
-            reloaded = AutoModelForCausalLM.from_pretrained(tmp).eval()
-            info["checks"] = {
-                "format_valid_T1": {
-                    style: [
-                        format_valid_rate(tmp, n=90, temperature=1.0, seed=s, prompt_style=style)
-                        for s in range(5)
-                    ]
-                    for style in ("compact", "full")
-                },
-                "next_observation_exact": next_observation_accuracy(
-                    reloaded, AutoTokenizer.from_pretrained(tmp)
-                ),
-            }
+            info["checks"] = quality_checks(tmp)
         with open(os.path.join(tmp, INFO_FILE), "w") as f:
             json.dump(info, f, indent=1)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return info
+
+
+def recheck(out: str) -> dict[str, Any]:
+    """Re-run :func:`quality_checks` on the build at ``out`` (its files must match the
+    recorded sha256) and rewrite the ``checks`` of its ``build_info.json``."""
+    info_path = os.path.join(out, INFO_FILE)
+    with open(info_path) as f:
+        info = json.load(f)
+    if file_digests(out) != info["sha256"]:
+        raise SystemExit(f"{out}: the files do not match the sha256 in {INFO_FILE}")
+    info["checks"] = quality_checks(out)
+    with open(info_path, "w") as f:
+        json.dump(info, f, indent=1)
     return info
 
 
@@ -143,10 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-checks", action="store_true", help="skip the format/obs checks")
     parser.add_argument(
+        "--recheck", action="store_true", help="re-run the checks of the build at --out only"
+    )
+    parser.add_argument(
         "--spec", default=None, help="JSON object of BuiltinSpec fields to change (experiments)"
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.recheck:
+        json.dump(recheck(args.out)["checks"], sys.stdout, indent=1)
+        return 0
     info = build(
         args.out,
         steps=args.steps,

@@ -1,7 +1,7 @@
 """How well the built-in model knows its environments, before any reinforcement learning.
 
 :func:`format_valid_rate` is the warm-start gate (the share of sampled first
-answers that are well formed and valid); :func:`next_observation_accuracy`
+answers written in the env's answer language); :func:`next_observation_accuracy`
 measures how often it predicts what an action does to the grid. The shipped
 build records both (:mod:`ragen_rllib.models.build`).
 """
@@ -27,21 +27,29 @@ from ragen_rllib.models.transcripts import TranscriptCorpus
 
 
 @torch.no_grad()
-def format_valid_rate(
+def format_valid_by_env(
     path: str,
     n: int = 64,
     temperature: float = 1.0,
     *,
     seed: int = 0,
-    max_new_tokens: int = 48,
+    max_new_tokens: int = 96,
     prompt_style: str = "full",
-) -> float:
-    """Share of ``n`` sampled first-turn answers that parse as valid (format and actions).
+) -> dict[str, tuple[int, int, int]]:
+    """{env id: (well-formed answers, accepted answers, answers)} over ``n`` sampled
+    first-turn answers.
 
     Prompts cycle over the env ids the model was pretrained on (reset seeds
-    100000+i), rendered in ``prompt_style`` with the env's instructions in the same style; each
-    answer is ``"<think>"`` plus the generated text up to ``<|im_end|>``, which
-    must have been generated within ``max_new_tokens``.
+    100000+i), rendered in ``prompt_style`` with the env's instructions in the
+    same style; each answer is ``"<think>"`` plus the generated text up to
+    ``<|im_end|>``, which must have been generated within ``max_new_tokens``.
+    An answer is well formed when it is written in the env's answer language
+    (``env.well_formed``: the tags, and known action names on the grids and
+    bandits, an expression, placements or a command on the free-text envs) and
+    accepted when the env, stepped with it, also finds it valid in the state
+    (``format_ok`` and ``action_is_valid``). The two differ only on the free-text
+    envs, where acceptance needs the state read (the given numbers, the free and
+    legal cells).
     """
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
@@ -72,16 +80,27 @@ def format_valid_rate(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    valid = 0
+    counts = {env_id: [0, 0, 0] for env_id in envs}
     for row, env_id in enumerate(env_ids):
+        counts[env_id][2] += 1
         answer = out[row, width:].tolist()
         if tokenizer.eos_token_id not in answer:
             continue  # never stopped
         answer = answer[: answer.index(tokenizer.eos_token_id)]
         env = envs[env_id]
+        env.reset(seed=100_000 + row)
         text = "<think>" + tokenizer.decode(answer, skip_special_tokens=False)
-        valid += ragen_envs.parse_answer(text, env.action_names, env.parser).is_valid
-    return valid / n
+        counts[env_id][0] += env.well_formed(text)
+        info = env.step(text)[4]
+        counts[env_id][1] += bool(info["format_ok"] and info["action_is_valid"])
+    return {env_id: (w, a, total) for env_id, (w, a, total) in counts.items() if total}
+
+
+def format_valid_rate(path: str, n: int = 64, temperature: float = 1.0, **kwargs: Any) -> float:
+    """Share of ``n`` sampled first-turn answers that are well formed (the warm-start
+    gate; :func:`format_valid_by_env` summed over the envs, same keyword arguments)."""
+    counts = format_valid_by_env(path, n, temperature, **kwargs).values()
+    return sum(well_formed for well_formed, _, _ in counts) / n
 
 
 @torch.no_grad()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Bump when the build changes in a way the parameters below do not capture.
-BUILD_VERSION = 4
+BUILD_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,18 @@ class BuiltinSpec:
     max_position_embeddings: int = 4096
     corpus_seeds: int = 50  # env seeds whose texts make up the vocabulary
     pretrain_steps: int = 1000
-    pretrain_batch: int = 18  # transcripts per step, the envs in turn (2 of each of the 9)
+    pretrain_batch: int = 32  # transcripts per step, the envs in turn (2 of each of the 16)
     # Single-turn snapshots per step (the envs in turn): the prompt a context window of 0
     # renders for a state reached by random play, and one answer. Short and cheap; most
     # of the practice at reading the grid happens here.
-    pretrain_snapshots: int = 36
+    pretrain_snapshots: int = 64
     pretrain_chunk_tokens: int = 2400  # padded tokens per forward pass (sorted by length)
     pretrain_lr: float = 3e-3
     pretrain_max_turns: int = 6  # answers per transcript at most
+    # A transcript also ends after the answer that takes it past this many tokens: a
+    # 9x9 Sudoku turn is ~450 tokens, and six of them would cost as much as all the
+    # bandit transcripts of a step together.
+    pretrain_max_tokens: int = 1200
     compact_share: float = 0.7  # share of compact prompts, and of compact instructions
     observation_weight: float = 4.0  # loss weight of the user messages after an answer
     coordinates_share: float = 0.5  # grid envs: share of episodes with the coordinates line

@@ -67,24 +67,34 @@ def _make_envs() -> dict[str, Any]:
     return {env_id: gym.make(env_id).unwrapped for env_id in ragen_envs.BUILTIN_MODEL_ENV_IDS}
 
 
+def _compact_instructions(env_id: str, seed: int) -> str:
+    env = gym.make(env_id, instructions="compact").unwrapped
+    env.reset(seed=seed)
+    return env.instructions()
+
+
 def _corpus(num_seeds: int) -> tuple[list[str], set[str]]:
     """(texts whose words become tokens, the characters that grid rows are drawn with)."""
     texts = [SYSTEM_PROMPT, FORMAT_HINT, *_ROLES, *FILLER_WORDS, SEPARATOR]
     symbols: set[str] = set()
     observations: list[str] = []  # lines with a space are text, the others grid rows
     rng = np.random.default_rng(0)
-    for env in _make_envs().values():
+    for env_id, env in _make_envs().items():
         symbols.update(env.obs_charset)
+        texts.append(_compact_instructions(env_id, 0))  # words some envs use only here
         for seed in range(num_seeds):
             obs, info = env.reset(seed=seed)
             texts += [env.instructions(), render_turn(1, "", info["actions_left"], None)]
             texts += env.action_names
-            observations.append(obs)
+            # Data-driven text (questions, passages) is left to the byte-level pieces.
+            seen = observations if not env.open_vocabulary else []
+            seen.append(obs)
             for turn in range(2, 5):  # later states show other symbols
                 answer = random_answer(rng, env)
                 obs, reward, terminated, truncated, info = env.step("<think>" + answer)
                 texts.append(render_turn(turn, "", info["actions_left"], reward))
-                observations.append(obs)
+                texts += [] if env.open_vocabulary else [answer]
+                seen.append(obs)
                 if terminated or truncated:
                     break
     texts += [line for obs in observations for line in obs.split("\n") if " " in line]

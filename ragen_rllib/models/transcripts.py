@@ -33,10 +33,15 @@ FILLER_WORDS = ("let", "me", "think", "I", "will", "go", "try", "this", "move", 
 def random_answer(rng: np.random.Generator, env: Any, arm: str | None = None) -> str:
     """A pretraining answer after the ``<think>`` prefill: a few filler words, then
     uniformly random valid actions (one to three; one arm for the bandits, ``arm``
-    when given). Nothing in it depends on the state."""
+    when given), or for a free-text env its random well-formed answer
+    (``env.random_actions``: an expression over the numbers, placements in free
+    cells, a number, a search). None of it aims at the goal: the transcripts show
+    the format and what answers do, not a policy."""
     think = " ".join(rng.choice(FILLER_WORDS, size=int(rng.integers(1, 5))))
     names = env.action_names
-    if env.action_budget == 1:  # the bandits: one arm
+    if not names:  # free text
+        actions = f" {env.parser.separator} ".join(env.random_actions(rng))
+    elif env.action_budget == 1:  # the bandits: one arm
         actions = arm if arm is not None else names[int(rng.integers(len(names)))]
     else:
         count = int(rng.integers(1, 4))
@@ -81,7 +86,7 @@ class TranscriptCorpus:
     def next_arm(self, env_id: str) -> str | None:
         """The arm the next transcript of a bandit ``env_id`` pulls (None: not a bandit)."""
         env = self.envs[(env_id, "compact", False)]
-        if env.action_budget != 1:
+        if env.action_budget != 1 or not env.action_names:  # free text: no arms
             return None
         names = sorted(arm.name for arm in env.arms)
         self._pulls[env_id] += 1
@@ -106,7 +111,8 @@ class TranscriptCorpus:
     ) -> tuple[list[int], list[int]]:
         """(token ids, kinds): kind 0 = prompt and framing, 1 = answer, 2 = observation text.
 
-        The episode runs until the env ends it or ``spec.pretrain_max_turns`` answers.
+        The episode runs until the env ends it, ``spec.pretrain_max_turns`` answers, or
+        the answer that takes the transcript past ``spec.pretrain_max_tokens`` tokens.
         ``arm``: the arm a bandit transcript pulls (default: a uniform draw).
         """
         env, prompt_style = self._env(rng, env_id)
@@ -121,7 +127,8 @@ class TranscriptCorpus:
             answer_ids.append(fmt.eos_token_id)
             ids, kinds = ids + answer_ids, kinds + [1] * len(answer_ids)
             obs, reward, terminated, truncated, info = env.step("<think>" + answer)
-            if terminated or truncated or turn == self.spec.pretrain_max_turns:
+            long = len(ids) >= self.spec.pretrain_max_tokens
+            if terminated or truncated or long or turn == self.spec.pretrain_max_turns:
                 closing = fmt.closing_ids(ended_with_eos=True)
                 return ids + closing, kinds + [0] * len(closing)
             user = render_turn(turn + 1, obs, info["actions_left"], reward, prompt_style)

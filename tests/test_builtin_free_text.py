@@ -1,0 +1,110 @@
+"""The built-in model's pretraining material for the free-text envs.
+
+Countdown, Sudoku, the word problems and the search env answer with free text;
+their random answers (``env.random_actions``) must be answers the env accepts,
+their transcripts must stay short enough to pretrain on, and the vocabulary
+must take their fixed wording but not the open-ended text of their data.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import ragen_envs
+from ragen_envs import AnswerEnv
+from ragen_envs.demo import random_agent
+from ragen_rllib.models.spec import BuiltinSpec
+from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
+from ragen_rllib.models.transcripts import TranscriptCorpus, random_answer
+
+FREE_TEXT = [i for i in ragen_envs.ENV_IDS if isinstance(gym.make(i).unwrapped, AnswerEnv)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer(*build_vocab())
+
+
+def test_every_env_is_in_the_pretraining_set():
+    assert set(FREE_TEXT) == {
+        "ragen/Countdown-v0",
+        "ragen/CountdownMultiTurn-v0",
+        "ragen/Sudoku4x4-v0",
+        "ragen/Sudoku9x9-v0",
+        "ragen/MathWordProblems-v0",
+        "ragen/SearchQA-v0",
+    }
+    assert set(ragen_envs.ENV_IDS) == set(ragen_envs.BUILTIN_MODEL_ENV_IDS)
+
+
+@pytest.mark.parametrize("env_id", ragen_envs.ENV_IDS)
+def test_random_answers_are_accepted_on_every_turn(env_id):
+    """A random agent's answer is well formed and valid in every state it meets
+    (Sudoku: legal placements, not just placements), and it is what the demo's
+    random agent plays."""
+    env = gym.make(env_id).unwrapped
+    rng = np.random.default_rng(1)
+    turns = 0
+    for seed in range(8):
+        env.reset(seed=seed)
+        done = False
+        while not done and turns < 200:
+            answer = random_answer(rng, env)
+            obs, _, terminated, truncated, info = env.step("<think>" + answer)
+            assert info["format_ok"] and info["action_is_valid"], (answer, obs)
+            done, turns = terminated or truncated, turns + 1
+    assert turns >= 8
+    env.reset(seed=0)
+    assert random_agent(env, np.random.default_rng(5)) == env.random_actions(
+        np.random.default_rng(5)
+    )
+
+
+def test_sudoku_random_placements_clash_with_nothing_yet_ignore_the_solution():
+    env = gym.make("ragen/Sudoku9x9-v0").unwrapped
+    rng = np.random.default_rng(0)
+    wrong = 0
+    for seed in range(20):
+        env.reset(seed=seed)
+        for part in env.random_actions(rng):
+            cell, digit, error = env._read(part)
+            assert not error, part
+            env.grid[cell] = digit
+            wrong += digit != env.solution[cell]
+    assert wrong > 0  # legal is not correct: no policy leaks in
+
+
+def test_long_transcripts_stop_after_the_answer_past_the_token_cap(tokenizer):
+    spec = BuiltinSpec(pretrain_max_tokens=900)
+    corpus = TranscriptCorpus(tokenizer, spec)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        ids, kinds = corpus.transcript(rng, "ragen/Sudoku9x9-v0")
+        answers = sum(1 for a, b in zip(kinds, kinds[1:], strict=False) if a != 1 and b == 1)
+        assert 1 <= answers < spec.pretrain_max_turns
+        # Every answer but the last started below the cap; the closing follows the last.
+        last_answer_start = max(i for i in range(1, len(kinds)) if kinds[i] == 1 != kinds[i - 1])
+        assert last_answer_start < spec.pretrain_max_tokens + 600
+        assert tokenizer.decode(ids).rstrip().endswith("<|im_end|>")
+    short, _ = corpus.transcript(rng, "ragen/Bandit-v0", arm=corpus.next_arm("ragen/Bandit-v0"))
+    assert len(short) < spec.pretrain_max_tokens
+
+
+def test_vocabulary_takes_fixed_wording_not_the_data(tokenizer):
+    search = gym.make("ragen/SearchQA-v0").unwrapped
+    words = {w for p in search.corpus.passages for w in p.title.split()}
+    long_names = [w for w in words if len(w) >= 10 and w.isalpha()]
+    assert long_names
+    # Entity names (open-ended data) are spelt in pieces ...
+    assert all(len(tokenizer.encode(" " + n, add_special_tokens=False)) > 1 for n in long_names)
+    # ... while every word of the env's own instructions is one token.
+    for style in ("full", "compact"):
+        env = gym.make("ragen/SearchQA-v0", instructions=style).unwrapped
+        env.reset(seed=0)
+        for word in env.instructions().replace("\n", " ").split():
+            word = word.strip(".,:()'")
+            if word.isalpha():
+                assert len(tokenizer.encode(" " + word, add_special_tokens=False)) == 1, word
+    assert len(tokenizer) < 2500
