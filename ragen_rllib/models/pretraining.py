@@ -61,10 +61,12 @@ def _lm_loss_sum(
     return (losses * weights[:, 1:][keep]).sum()
 
 
-def _env_schedule(rng: np.random.Generator, num_envs: int) -> Iterator[int]:
-    """Env indices round robin, in a fresh random order every round."""
+def _env_schedule(rng: np.random.Generator, repeats: list[int]) -> Iterator[int]:
+    """Env indices round robin, env i ``repeats[i]`` times a round, in a fresh random
+    order every round."""
+    slots = np.repeat(np.arange(len(repeats)), repeats)
     while True:
-        yield from (int(i) for i in rng.permutation(num_envs))
+        yield from (int(i) for i in rng.permutation(slots))
 
 
 def pretrain(
@@ -98,7 +100,12 @@ def pretrain(
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     model.train()
-    schedule = _env_schedule(rng, len(corpus.env_ids))
+    repeats = [
+        spec.action_env_repeats if corpus.envs[(env_id, "compact", False)].action_names
+        else spec.free_text_env_repeats
+        for env_id in corpus.env_ids
+    ]  # fmt: skip
+    schedule = _env_schedule(rng, repeats)
     losses: list[float] = []
     start = time.perf_counter()
     for step in range(steps):
