@@ -125,6 +125,18 @@ class AnswerEnv(TextEnv):
         """The current state as text, at most ``state_max_length`` characters."""
         raise NotImplementedError
 
+    def _well_formed_body(self, answer: str) -> bool:
+        """Whether the stripped ``<answer>`` body has the syntax of this env's answers
+        (see :meth:`well_formed`); must not raise on any text."""
+        raise NotImplementedError
+
+    def well_formed(self, answer: str) -> bool:
+        block = read_answer_block(answer, self.parser.require_think)
+        body = block.body.strip()
+        if not block.format_ok or not body or len(body) > self.max_answer_length:
+            return False
+        return self._well_formed_body(body)
+
     @property
     def action_names(self) -> tuple[str, ...]:
         """Free-text envs have no action vocabulary."""

@@ -16,6 +16,7 @@ import string
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from .parsing import ParsedAnswer, ParserConfig, parse_answer
 
@@ -158,6 +159,23 @@ class TextEnv(gym.Env):
     def _extra_info(self) -> dict[str, Any]:
         """Env-specific entries for this turn's ``info``."""
         return {}
+
+    def well_formed(self, answer: str) -> bool:
+        """Whether ``answer`` (the model's raw text) is written in this env's answer
+        language, whatever the state: the tags, and actions that are all names of
+        the vocabulary. A free-text env checks the syntax of its answers (an
+        expression, placements, a command) but not whether the state allows them:
+        an expression over numbers that are not given, or a placement on a given
+        cell, is well formed and refused, like a move into a wall."""
+        return parse_answer(answer, self.action_names, self.parser).is_valid
+
+    def random_actions(self, rng: np.random.Generator) -> list[str]:
+        """One turn of a random agent: 1 to ``max_actions_per_turn`` actions drawn
+        uniformly from the valid ones, whatever the state. Free-text envs return a
+        random well-formed answer of their kind instead (the random baseline of the
+        demo, and the answers of the built-in model's pretraining transcripts)."""
+        n = int(rng.integers(1, self.parser.max_actions + 1))
+        return [str(a) for a in rng.choice(self.action_names, size=n)]
 
     def instructions(self) -> str:
         """The task description that opens the prompt, in the configured style."""

@@ -26,8 +26,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .answer_env import AnswerEnv, AnswerResult, quote
-from .countdown_expr import MAX_EXPRESSION_LENGTH, ExpressionError, evaluate, format_value, generate
+from .countdown_expr import (
+    MAX_EXPRESSION_LENGTH,
+    ExpressionError,
+    evaluate,
+    format_value,
+    generate,
+    random_expression,
+    tokenize,
+)
 
 SOLVED_REWARD = 1.0
 
@@ -104,6 +114,19 @@ class CountdownEnv(AnswerEnv):
             terminated=self._solved,
             info={"expression_value": format_value(value), "numbers_used": len(used)},
         )
+
+    def _well_formed_body(self, answer: str) -> bool:
+        """An arithmetic expression, over whichever numbers it names."""
+        try:
+            literals = [tok for tok in tokenize(answer) if isinstance(tok, int)]
+            evaluate(answer, literals)
+        except ExpressionError as err:
+            return str(err) == "division by zero"
+        return True
+
+    def random_actions(self, rng: np.random.Generator) -> list[str]:
+        """A random expression over this episode's numbers (see :func:`random_expression`)."""
+        return [random_expression(rng, self.numbers)]
 
     def _is_success(self) -> bool:
         return self._solved

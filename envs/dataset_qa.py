@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .answer_env import OBS_CHARSET, AnswerEnv, AnswerResult, quote
 from .qa_answers import answers_match, extract_final_answer
 from .qa_data import load_qa_dataset
@@ -122,6 +124,14 @@ class DatasetQAEnv(AnswerEnv):
         self.index = drawn if self._wanted is None else self._wanted
         self._solved = False
         self._attempts = 0
+
+    def _well_formed_body(self, answer: str) -> bool:
+        """A final answer can be extracted."""
+        return bool(extract_final_answer(answer))
+
+    def random_actions(self, rng: np.random.Generator) -> list[str]:
+        """A random whole number from 0 to 200."""
+        return [str(int(rng.integers(0, 201)))]
 
     def _is_success(self) -> bool:
         return self._solved

@@ -22,7 +22,6 @@ from . import ENV_IDS
 from .bandit import BanditEnv
 from .base import TextEnv
 from .countdown import CountdownEnv
-from .countdown_expr import random_expression
 from .countdown_expr import solve as solve_countdown
 from .dataset_qa import DatasetQAEnv
 from .frozenlake import FrozenLakeEnv, shortest_path
@@ -71,21 +70,7 @@ def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
 
 def random_agent(env: TextEnv, rng: np.random.Generator) -> list[str]:
     """Random valid actions, or for a free-text env a random well-formed answer."""
-    if isinstance(env, CountdownEnv):
-        return [random_expression(rng, env.numbers)]
-    if isinstance(env, SudokuEnv):  # random digits in random cells that were not given
-        free = [i for i, given in enumerate(env.givens) if not given]
-        count = int(rng.integers(1, env.parser.max_actions + 1))
-        cells = [free[int(k)] for k in rng.integers(len(free), size=count)]
-        n = env.size
-        return [f"r{i // n + 1}c{i % n + 1}={int(rng.integers(1, n + 1))}" for i in cells]
-    if isinstance(env, DatasetQAEnv):
-        return [str(int(rng.integers(0, 201)))]
-    if isinstance(env, SearchQAEnv):  # search or answer a random passage's title
-        title = env.corpus.passages[int(rng.integers(len(env.corpus.passages)))].title
-        return [f"{'search' if rng.random() < 0.5 else 'answer'}: {title}"]
-    n = int(rng.integers(1, env.parser.max_actions + 1))
-    return [str(a) for a in rng.choice(env.action_names, size=n)]
+    return env.random_actions(rng)
 
 
 def play(env_id: str, agent: Agent, episodes: int, max_turns: int) -> dict[str, float]:

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .answer_env import OBS_CHARSET, AnswerEnv, AnswerResult, quote
 from .qa_answers import normalize_text
 from .search_index import Corpus, SearchIndex, get_index, load_corpus, load_questions
@@ -145,6 +147,16 @@ class SearchQAEnv(AnswerEnv):
         self._results = []
         self._searches = 0
         self._solved = False
+
+    def _well_formed_body(self, answer: str) -> bool:
+        """``search: <query>`` or ``answer: <text>``, with something after the colon."""
+        word, colon, argument = answer.partition(":")
+        return bool(colon) and word.strip().lower() in COMMANDS and bool(argument.split())
+
+    def random_actions(self, rng: np.random.Generator) -> list[str]:
+        """``search:`` or ``answer:`` (even odds) with a random passage's title."""
+        title = self.corpus.passages[int(rng.integers(len(self.corpus.passages)))].title
+        return [f"{'search' if rng.random() < 0.5 else 'answer'}: {title}"]
 
     def _is_success(self) -> bool:
         return self._solved

@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
 from .answer_env import AnswerEnv, AnswerResult, quote
 from .sudoku_solver import conflicts, generate_puzzle
 
@@ -76,6 +78,34 @@ class SudokuEnv(AnswerEnv):
         puzzle, self.solution = generate_puzzle(self.np_random, self.box, self.holes)
         self.grid = puzzle
         self.givens = tuple(v != 0 for v in puzzle)
+
+    def _well_formed_body(self, answer: str) -> bool:
+        """Placements ``rRcC=D`` with the row, column and digit in range, on any cell."""
+        parts = self.split_parts(answer)
+        for part in parts:
+            match = _PLACEMENT.fullmatch(part) if len(part) <= _MAX_PART else None
+            if match is None:
+                return False
+            row, col, digit = (int(x) for x in match.groups())
+            if not (1 <= row <= self.size and 1 <= col <= self.size and 0 <= digit <= self.size):
+                return False
+        return bool(parts)
+
+    def random_actions(self, rng: np.random.Generator) -> list[str]:
+        """1 to ``max_actions_per_turn`` legal placements: random cells that were not
+        given, each with a digit drawn from those that clash with nothing placed so far
+        (0, emptying the cell, when every digit clashes). Legal, not correct: the
+        digits ignore the solution."""
+        free = [i for i, given in enumerate(self.givens) if not given]
+        count = int(rng.integers(1, self.parser.max_actions + 1))
+        n, grid, out = self.size, list(self.grid), []
+        for k in rng.integers(len(free), size=count):
+            cell = free[int(k)]
+            legal = [d for d in range(1, n + 1) if not conflicts(grid, self.box, cell, d)]
+            digit = int(rng.choice(legal)) if legal else 0
+            grid[cell] = digit
+            out.append(f"r{cell // n + 1}c{cell % n + 1}={digit}")
+        return out
 
     def _is_success(self) -> bool:
         return all(self.grid) and self.grid == self.solution
