@@ -62,7 +62,7 @@ def run_script(
     define: Mapping[str, Any] | None = None,
 ) -> Any:
     """Run ``script`` with ``python -c`` in ``tmp`` (a fresh process, its own Ray) and
-    return the last stdout line that is a JSON object (Ray may print a line of its own
+    return the last stdout line that parses as JSON (Ray may print a line of its own
     after it, such as a worker's death at shutdown). ``env``: the process's environment,
     :func:`private_env` of ``tmp`` by default. ``define``: names bound, before the
     script runs, to their values' ``repr`` (a config dict, say). A non-zero exit
@@ -78,11 +78,10 @@ def run_script(
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
     raise AssertionError(f"no JSON line in the script's output: {proc.stdout[-2000:]}")
 
 
