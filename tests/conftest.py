@@ -62,7 +62,8 @@ def run_script(
     define: Mapping[str, Any] | None = None,
 ) -> Any:
     """Run ``script`` with ``python -c`` in ``tmp`` (a fresh process, its own Ray) and
-    return its last stdout line parsed as JSON. ``env``: the process's environment,
+    return the last stdout line that parses as JSON (Ray may print a line of its own
+    after it, such as a worker's death at shutdown). ``env``: the process's environment,
     :func:`private_env` of ``tmp`` by default. ``define``: names bound, before the
     script runs, to their values' ``repr`` (a config dict, say). A non-zero exit
     fails the test with the tail of stderr."""
@@ -76,7 +77,12 @@ def run_script(
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    for line in reversed(proc.stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    raise AssertionError(f"no JSON line in the script's output: {proc.stdout[-2000:]}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -130,20 +130,22 @@ def test_parse_number_values():
     ],
 )
 def test_extraction_is_fast_on_hostile_megabyte_text(text):
-    start = time.perf_counter()
+    # CPU time of this process, not wall time: the bound catches super-linear work
+    # (regex backtracking) at 25x or more over today's cost, whatever else runs.
+    start = time.process_time()
     final = extract_final_answer(text)
     answers_match(final, "42")
     answers_match(text, "42")
     parse_number(text)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_a_megabyte_answer_is_judged_quickly_when_allowed():
     env = DatasetQAEnv(max_answer_length=3_000_000)
     env.reset(seed=0)
-    start = time.perf_counter()
+    start = time.process_time()
     obs, reward, term, _, info = env.step(answer("1" * 1_000_000 + " \\boxed{" * 100_000))
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     assert reward == 0.0 and term and info["action_is_valid"]  # read as an answer: wrong
     assert env.observation_space.contains(obs) and len(obs) < 600
 

@@ -7,6 +7,7 @@ of the protocol is mocked.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -14,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -204,11 +204,16 @@ def test_hostile_answers_leave_the_server_serving(servers, tmp_path):
         remote.step("🙂" * 1_000_000)  # 1 MB past the message limit: the socket is closed
     check_server(server.base)
     assert remote.reset(seed=1) == gym.make(SOKOBAN).reset(seed=1)  # a new connection
-    body = b'{"action": {"answer": "' + b"x" * 2_000_000 + b'"}}'
-    request = urllib.request.Request(f"{server.base}/step", data=body, method="POST")
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(request, timeout=10)
-    assert err.value.code == 413
+    # A body declared past the limit is refused from its headers, before it is read (so
+    # a client still writing it may see the connection close: only the headers go here).
+    host, port = server.base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.putrequest("POST", "/step")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(2_000_000))
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
     # A server that allows it plays a megabyte of unicode like the local env does.
     big = servers(SOKOBAN, "--env-config", "{}", "--max-answer-chars", "2000000")
     answer = "<think>" + "🙂é\u202e" * 333_333 + "</think><answer>Up</answer>"
