@@ -31,7 +31,7 @@ from ragen_rllib.models.builtin import (
     get_builtin_model,
     packaged_model,
 )
-from ragen_rllib.models.quality import format_valid_by_env, format_valid_rate
+from ragen_rllib.models.quality import GATE_PROMPTS, format_valid_rate, gate_draws
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.models.spec import BuiltinSpec
 from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
@@ -342,15 +342,10 @@ def test_builtin_resolves_to_the_shipped_weights_without_a_build(shipped_model, 
 
 @pytest.fixture(scope="module")
 def shipped_answers(shipped_model):
-    """{style: [per-env (well formed, accepted, answers) for sampling seeds 0-4]}: the
-    draws of the build record's checks (96 first-turn prompts, 6 per env, T=1)."""
-    return {
-        style: [
-            format_valid_by_env(shipped_model, n=96, temperature=1.0, seed=s, prompt_style=style)
-            for s in range(5)
-        ]
-        for style in ("compact", "full")
-    }
+    """{style: [per-env (well formed, accepted, answers) for each sampling seed]}: the
+    draws of the build record's checks (GATE_PROMPTS first-turn prompts, 12 per env,
+    T=1; each seed draws its own states)."""
+    return gate_draws(shipped_model)
 
 
 @pytest.mark.slow
@@ -363,7 +358,7 @@ def test_shipped_model_answers_in_format(shipped_answers, raw_model, style):
     rates = []
     for counts in shipped_answers[style]:
         assert set(counts) == set(ragen_envs.BUILTIN_MODEL_ENV_IDS)
-        rates.append(sum(well_formed for well_formed, _, _ in counts.values()) / 96)
+        rates.append(sum(well_formed for well_formed, _, _ in counts.values()) / GATE_PROMPTS)
         for env_id, (well_formed, accepted, _) in counts.items():
             assert accepted <= well_formed, env_id
             if gym.make(env_id).unwrapped.action_names:
@@ -374,14 +369,15 @@ def test_shipped_model_answers_in_format(shipped_answers, raw_model, style):
 
 @pytest.mark.slow
 def test_shipped_model_is_well_formed_on_every_env(shipped_answers):
-    """The warm-start gate per env: at least 85% well formed over the 60 answers each env
-    gets (both prompt styles, five seeds), as the build record's checks count them."""
+    """The warm-start gate per env: at least 85% well formed over the 120 answers each
+    env gets (60 states in each prompt style, each answered once), as the build
+    record's checks count them."""
     totals = {}
     for draws in shipped_answers.values():
         for counts in draws:
             for env_id, row in counts.items():
                 totals[env_id] = np.add(totals.get(env_id, (0, 0, 0)), row)
-    assert all(total == 60 for _, _, total in totals.values()), totals
+    assert all(total == 120 for _, _, total in totals.values()), totals
     shares = {env_id: well_formed / total for env_id, (well_formed, _, total) in totals.items()}
     assert min(shares.values()) >= 0.85, shares
 

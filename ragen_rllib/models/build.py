@@ -51,7 +51,7 @@ from ragen_rllib.models.builtin import (
     file_digests,
 )
 from ragen_rllib.models.pretraining import pretrain
-from ragen_rllib.models.quality import format_valid_by_env, next_observation_accuracy
+from ragen_rllib.models.quality import GATE_PROMPTS, gate_draws, next_observation_accuracy
 from ragen_rllib.models.spec import BUILD_VERSION, BuiltinSpec
 from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
 
@@ -72,17 +72,16 @@ def versions() -> dict[str, str]:
 
 def quality_checks(path: str) -> dict[str, Any]:
     """The warm-start gate and the next-observation check of the model at ``path``:
-    sampled first answers at temperature 1 over 5 sampling seeds of 96 prompts in
-    each prompt style: the share well formed (per seed, the gate; and per env over
-    all 10 draws), the share the env also accepts in its state (per env), and the
-    next-observation accuracy."""
+    sampled first answers at temperature 1 (:func:`gate_draws`: 5 sampling seeds of
+    192 prompts in each prompt style): the share well formed (per seed, the gate;
+    and per env over all 10 draws), the share the env also accepts in its state (per
+    env), and the next-observation accuracy."""
     per_env: dict[str, list[int]] = {}
     overall: dict[str, list[float]] = {}
-    for style in ("compact", "full"):
+    for style, draws in gate_draws(path).items():
         overall[style] = []
-        for s in range(5):
-            counts = format_valid_by_env(path, n=96, temperature=1.0, seed=s, prompt_style=style)
-            overall[style].append(sum(w for w, _, _ in counts.values()) / 96)
+        for counts in draws:
+            overall[style].append(sum(w for w, _, _ in counts.values()) / GATE_PROMPTS)
             for env_id, row in counts.items():
                 acc = per_env.setdefault(env_id, [0, 0, 0])
                 for i, value in enumerate(row):

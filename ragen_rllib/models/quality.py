@@ -39,10 +39,12 @@ def format_valid_by_env(
     """{env id: (well-formed answers, accepted answers, answers)} over ``n`` sampled
     first-turn answers.
 
-    Prompts cycle over the env ids the model was pretrained on (reset seeds
-    100000+i), rendered in ``prompt_style`` with the env's instructions in the
-    same style; each answer is ``"<think>"`` plus the generated text up to
-    ``<|im_end|>``, which must have been generated within ``max_new_tokens``.
+    Prompts cycle over the env ids the model was pretrained on, each from its
+    own state (reset seed ``100000 + seed * n + i``, so every sampling seed
+    draws new states as well as new answers), rendered in ``prompt_style`` with
+    the env's instructions in the same style; each answer is ``"<think>"`` plus
+    the generated text up to ``<|im_end|>``, which must have been generated
+    within ``max_new_tokens``.
     An answer is well formed when it is written in the env's answer language
     (``env.well_formed``: the tags, and known action names on the grids and
     bandits, an expression, placements or a command on the free-text envs) and
@@ -62,7 +64,7 @@ def format_valid_by_env(
     prompts = []
     for i, env_id in enumerate(env_ids):
         env = envs[env_id]
-        obs, info = env.reset(seed=100_000 + i)
+        obs, info = env.reset(seed=100_000 + seed * n + i)
         first = render_turn(1, obs, info["actions_left"], None, prompt_style)
         prompts.append(fmt.prompt_ids(with_instructions(env, first, prompt_style)))
     width = max(map(len, prompts))  # left padding, so every answer starts at column `width`
@@ -88,12 +90,34 @@ def format_valid_by_env(
             continue  # never stopped
         answer = answer[: answer.index(tokenizer.eos_token_id)]
         env = envs[env_id]
-        env.reset(seed=100_000 + row)
+        env.reset(seed=100_000 + seed * n + row)
         text = "<think>" + tokenizer.decode(answer, skip_special_tokens=False)
         counts[env_id][0] += env.well_formed(text)
         info = env.step(text)[4]
         counts[env_id][1] += bool(info["format_ok"] and info["action_is_valid"])
     return {env_id: (w, a, total) for env_id, (w, a, total) in counts.items() if total}
+
+
+#: The warm-start gate's draws: this many first-turn prompts (12 per env) under each
+#: sampling seed, and the seeds of each prompt style. Every seed draws its own states
+#: and answers, so each env gets 120 independent answers: with 6 states per env and
+#: the same seeds in both styles (the first version 5 records), the two styles gave
+#: nearly the same answers and one env's rate moved by +-6 points between draws.
+GATE_PROMPTS = 192
+GATE_SEEDS = {"compact": range(0, 5), "full": range(5, 10)}
+
+
+def gate_draws(path: str) -> dict[str, list[dict[str, tuple[int, int, int]]]]:
+    """{prompt style: [:func:`format_valid_by_env` of each of its GATE_SEEDS]} at
+    temperature 1.0 over GATE_PROMPTS prompts: what the build record's checks and
+    the tests of the shipped model count."""
+    return {
+        style: [
+            format_valid_by_env(path, n=GATE_PROMPTS, temperature=1.0, seed=s, prompt_style=style)
+            for s in seeds
+        ]
+        for style, seeds in GATE_SEEDS.items()
+    }
 
 
 def format_valid_rate(path: str, n: int = 64, temperature: float = 1.0, **kwargs: Any) -> float:
