@@ -1,6 +1,7 @@
 """Does the pretrained built-in model hold a policy? Its success against random agents.
 
-For every env the built-in model was pretrained on (``BUILTIN_MODEL_ENV_IDS``),
+For every env with an action vocabulary the built-in model was pretrained on
+(``BUILTIN_MODEL_ENV_IDS``; the free-text envs' random agents are the demo's),
 on the same fixed evaluation states (seeds 0..N-1, as the trainer's evaluation)
 and with the same turn limit, this prints the success of
 
@@ -63,7 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm", default="builtin")
     # The built-in model's envs: the registry also holds envs it was not pretrained on
     # (and free-text ones, which the random agents here cannot play).
-    parser.add_argument("--envs", nargs="*", default=list(ragen_envs.BUILTIN_MODEL_ENV_IDS))
+    parser.add_argument(
+        "--envs",
+        nargs="*",
+        default=[i for i in ragen_envs.BUILTIN_MODEL_ENV_IDS if gym.make(i).unwrapped.action_names],
+        help="default: the pretrained envs with an action vocabulary (the random agents "
+        "here draw action names)",
+    )
     parser.add_argument("--states", type=int, default=256)
     parser.add_argument("--max-turns", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=32)

@@ -14,7 +14,8 @@ every 0.5 s from /proc.
 
 ``--iterations`` overrides the experiment's ``stop.training_iteration``;
 ``--minutes`` stops earlier when the wall time runs out (evaluation time
-included).
+included); ``--checkpoint DIR`` saves the trained algorithm there (for
+``rllib evaluate``).
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=None, help="torch threads (1 when two runs share 2 cores)"
     )
     parser.add_argument("--curve", default=None, help="write per-iteration metrics (JSON lines)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="save the trained algorithm to this folder at the end"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -139,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         train_s = time.perf_counter() - start
         after = algo.evaluate_success()
         total_s = time.perf_counter() - start
+        if args.checkpoint:
+            algo.save_to_path(os.path.abspath(args.checkpoint))
     finally:
         algo.stop()
         peak = sampler.stop()

@@ -85,7 +85,8 @@ class TextEnv(gym.Env):
     landmark_symbols: str = ""
     #: True where observations carry open-ended text from data (questions, passages)
     #: rather than the env's own fixed wording; a vocabulary built from the env's
-    #: texts should take only its instructions and feedback, not every such word.
+    #: texts should take only its instructions, not every such word (the built-in
+    #: model's vocabulary leaves such an env's observations out altogether).
     open_vocabulary: bool = False
 
     def __init__(

@@ -17,7 +17,7 @@ from ragen_envs import AnswerEnv
 from ragen_envs.demo import random_agent
 from ragen_rllib.models.spec import BuiltinSpec
 from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
-from ragen_rllib.models.transcripts import TranscriptCorpus, random_answer
+from ragen_rllib.models.transcripts import FILLER_WORDS, TranscriptCorpus, random_answer
 
 FREE_TEXT = [i for i in ragen_envs.ENV_IDS if isinstance(gym.make(i).unwrapped, AnswerEnv)]
 
@@ -57,9 +57,15 @@ def test_random_answers_are_accepted_on_every_turn(env_id):
             done, turns = terminated or truncated, turns + 1
     assert turns >= 8
     env.reset(seed=0)
+    # The demo's random agent and the pretraining answers play env.random_actions.
     assert random_agent(env, np.random.default_rng(5)) == env.random_actions(
         np.random.default_rng(5)
     )
+    if not env.action_names:
+        rng_a, rng_b = np.random.default_rng(6), np.random.default_rng(6)
+        think = rng_b.choice(FILLER_WORDS, size=int(rng_b.integers(1, 5)))
+        body = f" {env.parser.separator} ".join(env.random_actions(rng_b))
+        assert random_answer(rng_a, env) == f" {' '.join(think)} </think> <answer> {body} </answer>"
 
 
 def test_sudoku_random_placements_clash_with_nothing_yet_ignore_the_solution():

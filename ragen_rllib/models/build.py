@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.recheck:
+        torch.set_num_threads(args.threads)
         json.dump(recheck(args.out)["checks"], sys.stdout, indent=1)
         return 0
     info = build(

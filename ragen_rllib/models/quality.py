@@ -102,7 +102,7 @@ def format_valid_by_env(
 #: sampling seed, and the seeds of each prompt style. Every seed draws its own states
 #: and answers, so each env gets 120 independent answers: with 6 states per env and
 #: the same seeds in both styles (the first version 5 records), the two styles gave
-#: nearly the same answers and one env's rate moved by +-6 points between draws.
+#: nearly the same answers, and 60 answers counted for about 30.
 GATE_PROMPTS = 192
 GATE_SEEDS = {"compact": range(0, 5), "full": range(5, 10)}
 

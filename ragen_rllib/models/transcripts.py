@@ -3,8 +3,10 @@
 What the built-in model reads before reinforcement learning: its vocabulary is
 mined from these texts (:mod:`ragen_rllib.models.tokenizer`) and it is
 pretrained on them (:mod:`ragen_rllib.models.pretraining`). Every answer is
-:func:`random_answer`: a few filler words, then valid actions drawn uniformly,
-never depending on the state, so the transcripts hold no policy.
+:func:`random_answer`: a few filler words, then valid actions drawn uniformly
+(on a free-text env, its random agent's answer, which reads the state only to
+be accepted: the given numbers, the free cells), never aimed at the goal, so the
+transcripts hold no policy.
 """
 
 from __future__ import annotations
