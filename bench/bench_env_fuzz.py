@@ -13,7 +13,8 @@ from four kinds, in turn:
 
 It counts exceptions raised by ``reset()``/``step()`` (by type), observations
 that are not ``str`` or fall outside the observation space, and rewards that are
-not finite floats, and prints a table with the steps per second:
+not finite floats, and prints a table with the steps per second and the time
+a reset takes (mean and slowest, resets timed alone):
 
     python bench/bench_env_fuzz.py                    # 100,000 answers per env
     python bench/bench_env_fuzz.py --answers 2000 --envs ragen/Countdown-v0
@@ -101,8 +102,15 @@ def fuzz(env_id: str, answers: int, seed: int = 0) -> dict:
     errors: Counter[str] = Counter()
     first_error = ""
     bad_obs = bad_reward = format_ok = episodes = 0
+    resets: list[float] = []
+
+    def reset(seed: int) -> None:
+        t = time.perf_counter()
+        env.reset(seed=seed)
+        resets.append(time.perf_counter() - t)
+
     start = time.perf_counter()
-    env.reset(seed=0)
+    reset(0)
     for k in range(answers):
         try:
             obs, reward, term, trunc, info = env.step(answer(rng, inner, k))
@@ -113,12 +121,12 @@ def fuzz(env_id: str, answers: int, seed: int = 0) -> dict:
             format_ok += bool(info.get("format_ok"))
             if term or trunc:
                 episodes += 1
-                env.reset(seed=episodes)
+                reset(episodes)
         except Exception as err:  # noqa: BLE001 - counted, that is the point
             errors[type(err).__name__] += 1
             first_error = first_error or traceback.format_exc(limit=3)
             episodes += 1
-            env.reset(seed=episodes)
+            reset(episodes)
     elapsed = time.perf_counter() - start
     return {
         "env": env_id,
@@ -130,6 +138,8 @@ def fuzz(env_id: str, answers: int, seed: int = 0) -> dict:
         "bad_rewards": bad_reward,
         "format_ok_share": format_ok / answers,
         "steps_per_s": answers / elapsed,
+        "reset_ms_mean": 1e3 * float(np.mean(resets)),
+        "reset_ms_max": 1e3 * max(resets),
         "first_error": first_error,
     }
 
@@ -140,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", nargs="*", default=list(ragen_envs.ENV_IDS))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print("| env | answers | episodes | exceptions | bad obs | bad rewards | format ok | steps/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| env | answers | episodes | exceptions | bad obs | bad rewards | format ok | steps/s "
+        "| reset ms (mean / max) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     failed = False
     for env_id in args.envs:
         r = fuzz(env_id, args.answers, args.seed)
@@ -149,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {env_id} | {r['answers']:,} | {r['episodes']:,} | {r['exceptions']} "
             f"| {r['bad_observations']} | {r['bad_rewards']} | {r['format_ok_share']:.1%} "
-            f"| {r['steps_per_s']:,.0f} |",
+            f"| {r['steps_per_s']:,.0f} | {r['reset_ms_mean']:.2f} / {r['reset_ms_max']:.1f} |",
             flush=True,
         )
         if r["first_error"]:
