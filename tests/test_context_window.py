@@ -158,20 +158,25 @@ def test_gigpo_turn_advantages_land_on_their_turns_tokens(window):
     from ragen_rllib.connectors.sample_batch import build_sample_pipeline
     from ragen_rllib.maths.advantages import gigpo_advantages
 
-    # seed 1: a group with a success, so some step groups disagree with the episode
-    runner, trajs = _sample(
-        context_window=window, advantage_estimator="gigpo", group_size=4, seed=1
-    )
-    cfg = runner.config
-    build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs)
-    expected = gigpo_advantages(
-        [t.turn_rewards for t in trajs],
-        [t.group for t in trajs],
-        [t.turn_observations for t in trajs],
-        gamma=cfg.gigpo_gamma,
-    )
-    assert [t.turn_advantages for t in trajs] == [pytest.approx(e) for e in expected]
-    assert any(len(set(e)) > 1 for e in expected)  # some turns differ from their episode
+    # The first seed whose batch has a step group that disagrees with its episode (a
+    # group with a success), so that turn-level advantages are not all alike.
+    for seed in range(1, 11):
+        runner, trajs = _sample(
+            context_window=window, advantage_estimator="gigpo", group_size=4, seed=seed
+        )
+        cfg = runner.config
+        build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs)
+        expected = gigpo_advantages(
+            [t.turn_rewards for t in trajs],
+            [t.group for t in trajs],
+            [t.turn_observations for t in trajs],
+            gamma=cfg.gigpo_gamma,
+        )
+        assert [t.turn_advantages for t in trajs] == [pytest.approx(e) for e in expected]
+        if any(len(set(e)) > 1 for e in expected):  # some turns differ from their episode
+            break
+    else:
+        pytest.fail("no seed in 1-10 sampled a batch whose turns' advantages differ")
     batch = build_learner_pipeline(cfg)(rl_module={}, batch={}, episodes=trajs)["default_policy"]
     row = 0
     for t in trajs:
