@@ -70,15 +70,20 @@ def train(algo, n):
                      "counters": r["counters"]})
     return rows
 
-# Short health checks, so that the head learns of a dead node in seconds.
+# Short health checks, so that the head learns of a dead node in seconds. A spread
+# threshold of 0: an actor goes to the least-used node that can hold it (by default a
+# node below half use is as good as an empty one, so both runners could land on the big
+# node, depending on which the scheduler drew first).
 system = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
-          "health_check_timeout_ms": 3000, "health_check_failure_threshold": 3}
+          "health_check_timeout_ms": 3000, "health_check_failure_threshold": 3,
+          "scheduler_spread_threshold": 0.0}
 common = {"object_store_memory": 100 * 1024**2, "temp_dir": TEMP}
 cluster = Cluster(initialize_head=True, head_node_args={
     **common, "num_cpus": 1, "resources": {"learner": 1}, "include_dashboard": False,
     "_system_config": system})
-# One runner fits on the small node, two on the big one: the second runner goes where
-# the first is not, and the big node can take the small one's runner when it dies.
+# One runner fits on the small node, two on the big one: the second runner goes to the
+# node the first left empty, and the big node can take the small one's runner when the
+# small one dies.
 small = cluster.add_node(**common, num_cpus=1, resources={"rollout": 1})
 big = cluster.add_node(**common, num_cpus=2, resources={"rollout": 2})
 cluster.wait_for_nodes()
