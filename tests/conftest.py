@@ -85,6 +85,23 @@ def run_script(
     raise AssertionError(f"no JSON line in the script's output: {proc.stdout[-2000:]}")
 
 
+def first_adamw_step_bound(g, g_ref, p_ref, lr=1e-4, eps=1e-8):
+    """How far apart two parameters may end after AdamW's first step from the same
+    start, given their gradients ``g`` and ``g_ref`` (numpy arrays), entry by entry.
+
+    That step is lr * g / (|g| + eps), whose slope in g is lr * eps / (|g| + eps) ** 2,
+    so a gradient difference moves it by at most
+    lr * eps * |g - g_ref| / (min(|g|, |g_ref|) + eps) ** 2 (eps: PyTorch's default),
+    plus fp32 rounding: 4 ulps of the parameter and of the step (the decay, the
+    division, the scaling and the sum each round). Self-contained, so that a test's
+    subprocess script can take its source (``inspect.getsource``)."""
+    import numpy as np
+
+    low = np.minimum(np.abs(g), np.abs(g_ref))
+    rounding = 4 * np.finfo(np.float32).eps * (np.abs(p_ref) + lr)
+    return lr * eps * np.abs(g - g_ref) / (low + eps) ** 2 + rounding
+
+
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("model-cache"))

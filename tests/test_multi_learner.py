@@ -3,8 +3,10 @@ trajectories per learner, and the same step as one learner."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
-from conftest import run_script
+from conftest import first_adamw_step_bound, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -64,14 +66,10 @@ def logged_diff(a, b):
     # approximate KL are ~1e-7 (ratios of 1, whitened advantages summing to ~0).
     assert set(a) == set(b), (a, b)
     return max(abs(a[k] - b[k]) / (abs(a[k]) + 1e-2) for k in a)
-def adam_excess(p0, g0, p, g, lr=1e-4, eps=1e-8):
-    # How far each parameter ends beyond what AdamW's first step (lr * g / (|g| + eps))
-    # allows for its gradient difference: that step's slope in g is at most
-    # lr * eps / (min(|g|, |g0|) + eps) ** 2; plus 4 ulps of fp32 rounding (parameter, step).
-    low = np.minimum(np.abs(g), np.abs(g0))
-    rounding = 4 * np.finfo(np.float32).eps * (np.abs(p0) + lr)
-    bound = lr * eps * np.abs(g - g0) / (low + eps) ** 2 + rounding
-    return float((np.abs(p - p0) - bound).max())
+def adam_excess(p0, g0, p, g):
+    # How far each parameter ends beyond what AdamW's first step allows for its
+    # gradient difference (first_adamw_step_bound, defined above this script).
+    return float((np.abs(p - p0) - first_adamw_step_bound(g, g0, p0)).max())
 def compare(ref, others):
     (p0, g0) = ref
     return {
@@ -85,7 +83,7 @@ def compare(ref, others):
         ),
         "keys_equal": all(set(p0) == set(p) and set(g0) == set(g) for p, g in others),
     }
-(one,), turns, engine_one, _ = run(num_learners=0)
+(one,), turns, _, _ = run(num_learners=0)
 logged_one = run.logged
 ddp, turns_ddp, _, _ = run(num_learners=2, max_tokens_per_microbatch=400)
 logged_ddp = run.logged
@@ -149,7 +147,7 @@ def test_two_learners_take_the_step_of_one_on_a_multi_turn_batch(tmp_path):
     micro-batches) ends the first update where num_learners=0 does on the same
     sampled batch; FSDP's gathered weights reach the rollout engine, and its
     checkpoint restores onto two fresh FSDP learners, which train on."""
-    out = run_script(SCRIPT, tmp_path, timeout=900)
+    out = run_script(inspect.getsource(first_adamw_step_bound) + SCRIPT, tmp_path, timeout=900)
     assert out["learners"] == [2, 2]
     assert out["turns"][0] == out["turns"][1] == out["turns"][2] > 1  # one multi-turn batch
     assert out["moved"] > 1e-5  # a real step (lr 1e-4)
