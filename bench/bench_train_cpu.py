@@ -12,6 +12,12 @@ every 0.5 s from /proc.
     python bench/bench_train_cpu.py tuned_examples/bandit_cpu.yaml
     python bench/bench_train_cpu.py tuned_examples/frozenlake_cpu.yaml --minutes 20
 
+Every iteration's full result is also appended to ``result.json`` in the
+run's folder (printed at the start; under ``~/ray_results``), with the
+evaluation before training as iteration 0 and the one after as a last row,
+so ``rllib report <folder>`` draws the run's curves (``curves.png``) and its
+trajectory browser as it does for ``rllib train``.
+
 ``--iterations`` overrides the experiment's ``stop.training_iteration``;
 ``--minutes`` stops earlier when the wall time runs out (evaluation time
 included); ``--checkpoint DIR`` saves the trained algorithm there (for
@@ -29,6 +35,23 @@ import time
 from pathlib import Path
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _plain(value: object) -> object:
+    """JSON for what json cannot write itself: numpy scalars and arrays, else str."""
+    for attr in ("item", "tolist"):
+        if hasattr(value, attr):
+            try:
+                return getattr(value, attr)()
+            except (TypeError, ValueError):
+                continue
+    return str(value)
+
+
+def write_row(out, row: dict) -> None:
+    """One result as a line of ``result.json`` (the format ``rllib report`` reads)."""
+    out.write(json.dumps(row, default=_plain) + "\n")
+    out.flush()
 
 
 def tree_rss_bytes(root: int) -> int:
@@ -108,14 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     sampler.start()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     algo = config.build_algo()
+    results = open(Path(algo.logdir) / "result.json", "w")  # noqa: SIM115 - closed below
+    print(f"result.json and rollouts in {algo.logdir}", flush=True)
     try:
         start = time.perf_counter()
         before = algo.evaluate_success()
+        write_row(results, {"training_iteration": 0, "evaluation": before})
         print(f"{name}: before training, eval success {before['success_rate']:.3f}", flush=True)
         done = 0
         deadline = None if args.minutes is None else start + 60 * args.minutes
         for done in range(1, iterations + 1):
             result = algo.train()
+            write_row(results, result)
             r = result["rollout"]
             if curve is not None:
                 learner = (result.get("learners") or {}).get("default_policy") or {}
@@ -142,12 +169,14 @@ def main(argv: list[str] | None = None) -> int:
                 break
         train_s = time.perf_counter() - start
         after = algo.evaluate_success()
+        write_row(results, {"training_iteration": done, "evaluation": after})
         total_s = time.perf_counter() - start
         if args.checkpoint:
             algo.save_to_path(os.path.abspath(args.checkpoint))
     finally:
         algo.stop()
         peak = sampler.stop()
+        results.close()
         if curve is not None:
             curve.close()
         ray.shutdown()

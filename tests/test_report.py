@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import private_env
 
 from ragen_rllib.algorithms.starpo.rollout_dump import SCHEMA, write_atomic
 from ragen_rllib.cli import main
@@ -140,3 +142,30 @@ def test_chromium_renders_the_planted_answer_as_text(tmp_path):
     assert "&lt;/script&gt;&lt;script&gt;document.title" in dom
     assert "<title>ragen-rllib report: trial</title>" in dom
     assert dom.count("<img") == 1 and "&lt;img src=x onerror" in dom  # text, not an element
+
+
+def test_report_of_a_bench_train_cpu_run(tmp_path):
+    """bench/bench_train_cpu.py leaves a result.json that `rllib report` reads: the
+    evaluation before training as iteration 0, one row per iteration, the evaluation
+    after training as a last row, and the run's rollout dumps beside it."""
+    bench = Path(__file__).resolve().parents[1] / "bench" / "bench_train_cpu.py"
+    config = json.dumps({"rollout_dump_interval": 1, "eval_num_states": 8})
+    proc = subprocess.run(
+        [sys.executable, str(bench), "tuned_examples/bandit_cpu.yaml", "--iterations", "2",
+         "--threads", "1", "--config", config],
+        cwd=bench.parents[1], env=private_env(tmp_path), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trial = Path(proc.stdout.split("result.json and rollouts in ", 1)[1].splitlines()[0])
+    assert trial.is_relative_to(tmp_path / "home")
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    assert [r["training_iteration"] for r in rows] == [0, 1, 2, 2]
+    figures = json.loads(proc.stdout[proc.stdout.rindex("{\n") :])
+    assert rows[0]["evaluation"]["success_rate"] == figures["success_before"]
+    assert rows[-1]["evaluation"]["success_rate"] == figures["success_after"]
+    assert rows[1]["rollout"]["success_rate"] >= 0 and "evaluation" not in rows[1]
+    assert main(["report", str(trial)]) == 0
+    assert (trial / "report" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (trial / "report" / "report.html").read_text()
+    assert '"trajectories"' in page and "Bandit" in page
