@@ -221,6 +221,17 @@ def test_gigpo_equals_grpo_when_no_state_repeats():
     assert all(len(set(row)) == 1 for row in got)  # every step group is a singleton
 
 
+def test_equal_scores_give_exactly_zero_whatever_the_rounding():
+    """Ten copies of -0.1 sum to -0.9999999999999999, so a mean taken as sum / n is off
+    by an ulp; a std division would turn that into ~1e-11. Equal scores must give 0.0
+    exactly (a batch of them carries no signal, and is skipped on that test)."""
+    scores = torch.full((10,), -0.1, dtype=torch.float64)
+    assert torch.equal(group_normalize(scores, [0] * 10), torch.zeros(10, dtype=torch.float64))
+    turns = [[-0.1, -0.1]] * 3  # discounted returns: equal within each step group
+    out = gigpo_advantages(turns, [0] * 3, [["a", "b"]] * 3)
+    assert all(a == 0.0 for row in out for a in row)
+
+
 def test_gigpo_rejects_mismatched_inputs():
     with pytest.raises(ValueError, match="one entry per trajectory"):
         gigpo_advantages([[1.0]], [0, 1], [["a"]])

@@ -28,6 +28,7 @@ uses which function.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -223,6 +224,12 @@ def group_stats(
     G = unique_ids.numel()
     counts = s.new_zeros(G).index_add_(0, inverse, torch.ones_like(s))
     mean = s.new_zeros(G).index_add_(0, inverse, s) / counts.clamp_min(1)
+    # A group of equal scores has exactly that mean (a sum of n copies divided by n
+    # can be off by an ulp, and r - mean would then be ~1e-17 instead of 0, which a
+    # std division blows up): its members then get exactly 0.
+    high = s.new_full((G,), -math.inf).scatter_reduce_(0, inverse, s, "amax")
+    low = s.new_full((G,), math.inf).scatter_reduce_(0, inverse, s, "amin")
+    mean = torch.where(high == low, high, mean)
     # Two passes (centre first) for a numerically stable variance.
     sq = s.new_zeros(G).index_add_(0, inverse, (s - mean[inverse]) ** 2)
     var = torch.where(counts > 1, sq / (counts - 1).clamp_min(1), torch.zeros_like(sq))
