@@ -137,3 +137,39 @@ print(json.dumps(out, default=float))
     assert out["poisoned_skipped"] == 1 and out["weights_unchanged"]
     assert out["error"] is not None and "2 updates in a row" in out["error"]
     assert "max_nonfinite_updates=2" in out["error"] and out["still_unchanged"]
+
+
+@pytest.mark.slow
+def test_a_batch_without_advantage_takes_no_step_when_asked(tmp_path):
+    """skip_zero_advantage_updates: the untrained model's answers all fail to parse,
+    so every trajectory scores the format penalty alike and every GRPO advantage is
+    0. Skipping leaves the weights as they were and counts the batch; without it the
+    entropy bonus alone still moves them (the step the option exists to avoid)."""
+    script = f"""
+import json, ray, torch
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+ray.init(address="local", num_cpus=2, include_dashboard=False)
+out = {{}}
+for skip in (True, False):
+    cfg = {{**{CONFIG}, "skip_zero_advantage_updates": skip}}
+    algo = StarPOConfig.from_user_dict(cfg).build_algo()
+    module = algo.learner_group._learner.module["default_policy"]
+    before = torch.cat([p.detach().flatten().clone() for p in module.actor.parameters()])
+    r = algo.train()
+    after = torch.cat([p.detach().flatten() for p in module.actor.parameters()])
+    out[str(skip)] = {{
+        "std": r["rollout"]["in_group_reward_std"],
+        "valid": r["rollout"]["env/action_is_valid"],
+        "skipped": r["rollout"].get("zero_advantage_batches", 0),
+        "changed": not bool(torch.equal(before, after)),
+        "learner_ran": "default_policy" in (r.get("learners") or {{}}),
+    }}
+    algo.stop()
+print(json.dumps(out, default=float))
+"""
+    out = run_script(script, tmp_path, timeout=900)
+    for run in out.values():  # the precondition: no answer parsed, no reward spread
+        assert run["valid"] == 0 and run["std"] == 0
+    assert out["True"]["skipped"] == 1 and not out["True"]["changed"]
+    assert not out["True"]["learner_ran"]
+    assert out["False"]["skipped"] == 0 and out["False"]["changed"] and out["False"]["learner_ran"]

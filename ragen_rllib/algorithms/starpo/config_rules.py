@@ -181,6 +181,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         none_ok=True,
     ),
     "filter_include_zero": ((lambda v: isinstance(v, bool)), "must be true or false"),
+    "skip_zero_advantage_updates": ((lambda v: isinstance(v, bool)), "must be true or false"),
     # Each entry is checked by env_mix.parse_env_mix (config_checks).
     "env_mix": (
         lambda v: v is None or (isinstance(v, list | tuple) and bool(v)),

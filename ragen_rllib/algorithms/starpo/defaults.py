@@ -132,6 +132,11 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # is seq-mean-token-sum-norm, every other estimator's token-mean.
     "loss_agg": None,
     "entropy_coeff": 0.001,  # entropy bonus (paper 0.001)
+    # Critic-free estimators: a batch in which every kept turn's advantage is 0 (every
+    # group's rollouts scored alike) carries no policy-gradient signal; true skips its
+    # update (counted in rollout/zero_advantage_batches) instead of taking an optimizer
+    # step on the entropy and KL terms alone, which AdamW scales up to a full-size step.
+    "skip_zero_advantage_updates": False,
     "kl_coeff": 0.0,  # KL to the frozen initial model (StarPO-S 0; vanilla StarPO 0.001)
     # How the KL term is estimated per token (maths.losses.kl_penalty says what each one's
     # gradient is): "k3_st" (k3's low-variance value, the gradient of KL(pi || ref)),

@@ -353,7 +353,15 @@ class StarPO(SamplingMixin, Algorithm):
         self._log_freshness(batch or [])
         update_s = sync_s = 0.0
         learners = max(1, cfg.num_learners)
-        if batch and len(batch) >= learners:
+        if (
+            batch
+            and cfg.skip_zero_advantage_updates
+            and not cfg.uses_critic
+            and not any(a != 0.0 for t in batch for a in t.turn_advantages)
+        ):
+            # No policy-gradient signal in the whole batch: no optimizer step at all.
+            self.metrics.log_value(("rollout", "zero_advantage_batches"), 1, reduce="sum")
+        elif batch and len(batch) >= learners:
             update_s, sync_s = self._update_and_sync(batch)
             self._watch_for_collapse()
         else:  # every group dropped (env errors), filtered out or too stale
