@@ -19,7 +19,12 @@ from typing import Any
 
 from .base import TextEnv
 from .sokoban_gen import DIRECTIONS, Cell, check_room_params, generate_room
+from .sokoban_solver import solve
 
+#: What ``reset(options=...)`` accepts: a given room, and a range of the planner's
+#: shortest-solution length (in moves) for generated rooms.
+RESET_OPTIONS = ("room", "min_solution_length", "max_solution_length")
+_MAX_LENGTH_DRAWS = 500
 MOVES: dict[str, Cell] = dict(zip(("Up", "Down", "Left", "Right"), DIRECTIONS, strict=True))
 STEP_REWARD = -0.1
 BOX_ON_TARGET_REWARD = 1.0
@@ -156,6 +161,12 @@ class SokobanEnv(TextEnv):
     ``reset(options={"room": text})`` starts from a given room instead of a
     generated one: ``text`` is drawn in this env's vocab (see
     :func:`parse_room`) and must have the shape ``dim_room``.
+
+    ``reset(options={"max_solution_length": n})`` (and/or
+    ``"min_solution_length"``) keeps drawing rooms, from the same seeded stream,
+    until the planner's shortest solution has that many moves: the difficulty
+    knob of a curriculum (the ``curriculum`` setting of the algorithm passes
+    such options to the training envs only, never to evaluation).
     """
 
     obs_charset = "".join(sorted({s for vocab in VOCABS.values() for s in vocab.values()} | {"\n"}))
@@ -192,6 +203,7 @@ class SokobanEnv(TextEnv):
         self._boxes: set[Cell] = set()
         self.player: Cell = (0, 0)
         self._given_room: SokobanState | None = None
+        self._length_range: tuple[int, int | None] = (0, None)
 
     @property
     def action_names(self) -> tuple[str, ...]:
@@ -209,11 +221,25 @@ class SokobanEnv(TextEnv):
         return obs, info
 
     def _read_options(self, options: dict[str, Any] | None) -> SokobanState | None:
+        self._length_range = (0, None)
         if not options:
             return None
-        unknown = sorted(set(options) - {"room"})
+        unknown = sorted(set(options) - set(RESET_OPTIONS))
         if unknown:
-            raise ValueError(f"unknown reset options {unknown}; SokobanEnv accepts only 'room'")
+            raise ValueError(
+                f"unknown reset options {unknown}; SokobanEnv accepts {list(RESET_OPTIONS)}"
+            )
+        low, high = (options.get(key) for key in RESET_OPTIONS[1:])
+        for key, value in (("min_solution_length", low), ("max_solution_length", high)):
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                raise ValueError(f"reset option {key} must be null or an int >= 1, got {value!r}")
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"min_solution_length {low} > max_solution_length {high}")
+        self._length_range = (low or 0, high)
+        if "room" not in options:
+            return None
         room = parse_room(options["room"], self.vocab)
         if room.shape != self.dim_room:
             raise ValueError(
@@ -226,6 +252,14 @@ class SokobanEnv(TextEnv):
         room = self._given_room
         self._given_room = None
         if room is None:
+            room = self._draw_room()
+        self._walls, self._targets = room.walls, room.targets
+        self._boxes, self.player = set(room.boxes), room.player
+
+    def _draw_room(self) -> SokobanState:
+        """A generated room; with a solution-length range, the first one in it."""
+        low, high = self._length_range
+        for _ in range(_MAX_LENGTH_DRAWS if (low or high) else 1):
             walls, targets, boxes, player = generate_room(
                 self.np_random,
                 self.dim_room,
@@ -234,8 +268,15 @@ class SokobanEnv(TextEnv):
                 self.num_player_moves,
             )
             room = SokobanState(self.dim_room, walls, targets, boxes, player)
-        self._walls, self._targets = room.walls, room.targets
-        self._boxes, self.player = set(room.boxes), room.player
+            if not (low or high):
+                return room
+            path = solve(room)
+            if path is not None and low <= len(path) <= (high if high is not None else len(path)):
+                return room
+        raise RuntimeError(
+            f"no room with a shortest solution of {low}..{high} moves in {_MAX_LENGTH_DRAWS} "
+            f"draws (dim_room={self.dim_room}, num_boxes={self.num_boxes}); widen the range"
+        )
 
     def state(self) -> SokobanState:
         """The current room, e.g. for :func:`ragen_envs.sokoban_solver.solve`."""

@@ -128,15 +128,16 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return self.sample_groups(group_seeds, list(range(len(group_seeds))), sample_seed)
 
     def sample_groups(
-        self, group_seeds: list[int], groups: list[int], sample_seed: int
+        self, group_seeds: list[int], groups: list[int], sample_seed: int, reset_options=None
     ) -> list[Trajectory]:
         """group_size trajectories from each initial state ``group_seeds[i]``, labelled
-        with group id ``groups[i]``; ``sample_seed`` seeds the engine's sampling."""
+        with group id ``groups[i]``; ``sample_seed`` seeds the engine's sampling, and
+        ``reset_options`` (a curriculum stage's) go to every env's reset()."""
         cfg = self.config
         seeds = [s for s in group_seeds for _ in range(cfg.group_size)]
         labels = [g for g in groups for _ in range(cfg.group_size)]
         params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
-        trajs = self.run_episodes(seeds, labels, params, sample_seed=int(sample_seed))
+        trajs = self.run_episodes(seeds, labels, params, int(sample_seed), reset_options)
         self.num_env_steps_sampled_lifetime += sum(len(t) for t in trajs)
         self.num_groups_sampled += len(group_seeds)
         self.metrics.log_value("num_groups_sampled_lifetime", self.num_groups_sampled, window=1)
@@ -237,6 +238,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         groups: list[int],
         params: SamplingParams,
         sample_seed: int,
+        reset_options: dict | None = None,
         log_metrics: bool = True,
         env: EvalEnv | None = None,
     ) -> list[Trajectory]:
@@ -276,6 +278,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         # each distinct first prompt is encoded once per call (encoding every copy was
         # over half the runner's own time per Bandit sample; bench_async.py --device-time).
         first_ids: dict[tuple[str, str], list[int]] = {}
+        options = {} if reset_options is None else {"options": reset_options}  # curriculum
         for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
             style, chat = styles[i], chats[i]
             traj = Trajectory(
@@ -287,7 +290,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             )
             trajs.append(traj)
             try:
-                obs, info = env.reset(seed=seed)
+                obs, info = env.reset(seed=seed, **options)
                 _check_observation(obs)
             except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
                 self._env_error(traj, "reset", err)

@@ -31,6 +31,7 @@ from ragen_rllib.algorithms.starpo.config_rules import (
     rllib_settings,
 )
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
+from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
 from ragen_rllib.env_runner.env_mix import parse_env_mix
 from ragen_rllib.env_runner.eval_suites import resolve_suites
@@ -322,6 +323,8 @@ def check_values(config) -> None:
         )
     if config.eval_suites is not None:
         _check_eval_suites(config)
+    if config.curriculum is not None:
+        _check_curriculum(config)
 
 
 def _check_vllm(config, bad: Callable[..., ValueError]) -> None:
@@ -377,6 +380,23 @@ def _check_eval_suites(config) -> None:
                 f"config eval_suites[{suite!r}]: env {entry.name!r} ({entry.env} with "
                 f"{entry.env_config!r}) cannot be made and reset",
             )
+
+
+def _check_curriculum(config) -> None:
+    """Well-formed stages, and every stage's options taken by the training env."""
+    if config.env_mix is not None:
+        raise ValueError("config curriculum is invalid with env_mix: give one env (`env`)")
+    for i, (_, options) in enumerate(parse_curriculum(config.curriculum)):
+        env = make_env(config)
+        try:
+            env.reset(seed=0, options=options or None)
+        except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
+            raise ValueError(
+                f"config curriculum[{i}]: the env {config.env!r} rejects reset_options="
+                f"{options!r}: {type(err).__name__}: {err}"
+            ) from err
+        finally:
+            env.close()
 
 
 def _check_env_config(config) -> None:

@@ -72,6 +72,10 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # env's reset() or step() stops the run with an error; below it, the groups of
     # the failed trajectories are dropped from the update (and counted).
     "max_env_error_share": 0.5,
+    # A curriculum: reset options for the training envs by iteration, a list of
+    # {from_iteration, reset_options} stages, the first from 0 (null: none). Evaluation
+    # resets without options. ragen_rllib/env_runner/curriculum.py; docs/training.md.
+    "curriculum": None,
     # --- advantages and rewards ----------------------------------------------------
     # One of ragen_rllib.maths.estimators.ESTIMATORS. With a critic: "gae" (PPO, StarPO's),
     # "bilevel_gae" (TRICO: turn-level GAE seeding a token-level one). Critic-free, from

@@ -32,18 +32,26 @@ from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, WEIGHTS_SEQ_NO
 
 from ragen_rllib.distributed.cluster import no_runner_host
 from ragen_rllib.distributed.wire import to_wire
+from ragen_rllib.env_runner.curriculum import stage_at
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths.seeding import training_group_seeds
 
 logger = logging.getLogger(__name__)
 
 
-def _sample_share(runner, key: int, group_seeds: list[int], groups: list[int], sample_seed: int):
+def _sample_share(
+    runner,
+    key: int,
+    group_seeds: list[int],
+    groups: list[int],
+    sample_seed: int,
+    reset_options: dict | None = None,
+):
     """What a runner does for share ``key`` of an iteration's groups: sample, and hand
     back the runner's metrics with the trajectories (so that no second call has to
     queue behind a busy runner)."""
     start = time.perf_counter()
-    trajs = runner.sample_groups(group_seeds, groups, sample_seed)
+    trajs = runner.sample_groups(group_seeds, groups, sample_seed, reset_options)
     return key, trajs, runner.get_metrics(), time.perf_counter() - start
 
 
@@ -54,6 +62,7 @@ class SampleRequest:
 
     call: int
     shares: dict[int, tuple[list[int], list[int], int]]
+    reset_options: dict | None = None  # the curriculum stage's, for every env
     results: dict[int, list[Trajectory]] = field(default_factory=dict)
 
 
@@ -109,7 +118,9 @@ class SamplingMixin:
             for rid, part in zip(runners, parts, strict=True)
             if len(part)
         }
-        self._request = SampleRequest(self._num_sample_calls - 1, shares)
+        call = self._num_sample_calls - 1
+        self._curriculum_stage, options = stage_at(self._curriculum, call)
+        self._request = SampleRequest(call, shares, reset_options=options)
         if self.env_runner is None:
             self._send(self._request, list(shares))
 
@@ -125,6 +136,7 @@ class SamplingMixin:
                     group_seeds=seeds,
                     groups=groups,
                     sample_seed=sample_seed,
+                    reset_options=request.reset_options,
                 ),
                 tag="sample",
                 remote_worker_ids=[rid],
@@ -140,7 +152,9 @@ class SamplingMixin:
         runner_metrics, busy_s = [], []
         if self.env_runner is not None:
             seeds, groups, sample_seed = request.shares[0]
-            _, trajs, metrics, busy = _sample_share(self.env_runner, 0, seeds, groups, sample_seed)
+            _, trajs, metrics, busy = _sample_share(
+                self.env_runner, 0, seeds, groups, sample_seed, request.reset_options
+            )
             request.results[0] = trajs
             runner_metrics.append(metrics)
             busy_s.append(busy)

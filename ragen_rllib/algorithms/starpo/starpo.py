@@ -62,6 +62,7 @@ from ragen_rllib.algorithms.starpo.sampling import RunnerFailure, SampleRequest,
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
 from ragen_rllib.distributed.learner_group import build_learner_group
+from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.env_runner.env_loading import import_env_modules
 from ragen_rllib.env_runner.env_mix import mix_entries
 from ragen_rllib.env_runner.eval_suites import EvalEnv, resolve_suites
@@ -280,6 +281,8 @@ class StarPO(SamplingMixin, Algorithm):
         # on the number of runners, survives a runner's restart and is checkpointed.
         self._seed_base = mix_seed(self.config.seed)
         self._num_sample_calls = 0
+        self._curriculum = parse_curriculum(self.config.curriculum)
+        self._curriculum_stage = -1
         self._policy_version = 0  # learner updates so far
         self._request: SampleRequest | None = None
         self._last_step_end: float | None = None
@@ -327,6 +330,8 @@ class StarPO(SamplingMixin, Algorithm):
                 trajs, busy = self._collect_sample()
                 waited = time.perf_counter() - wait_start
             self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
+            if self._curriculum:
+                self.metrics.log_value(("curriculum", "stage"), self._curriculum_stage, window=1)
             if len(self._mix) > 1:  # every rollout metric per env of the mixture too
                 for name, part in by_env(trajs).items():
                     self.metrics.log_dict(rollout_metrics(part), key=("rollout", name), window=1)
