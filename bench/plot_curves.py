@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.figures:
         with open(args.figures) as f:
             figures = json.load(f)
-        temp = figures.get("eval_temperature")
+        temp, states = figures.get("eval_temperature"), figures.get("eval_states")
         for key, x, marker in (("success_before", 0, "o"), ("success_after", its[-1], "s")):
             axes[0].scatter([x], [figures[key]], color="tab:red", marker=marker, zorder=3)
-        axes[0].plot([], [], "o", color="tab:red", label=f"eval, 256 states, T={temp}")
+        axes[0].plot([], [], "o", color="tab:red", label=f"eval, {states} states, T={temp}")
     axes[0].set_title("success")
     axes[0].set_ylim(0, 1)
     axes[0].legend(fontsize=8, loc="upper left")
