@@ -179,9 +179,9 @@ def sleeping_classes(rollout_s: float, update_s: float):
             # (kind, key, began, ended, device seconds or load seconds)
             self.bench_calls: list[tuple] = []
 
-        def sample_groups(self, group_seeds, groups, sample_seed):
+        def sample_groups(self, group_seeds, groups, sample_seed, reset_options=None):
             began, slept = time.time(), self.engine.slept
-            trajs = super().sample_groups(group_seeds, groups, sample_seed)
+            trajs = super().sample_groups(group_seeds, groups, sample_seed, reset_options)
             ended = time.time()
             self.bench_calls.append(
                 ("sample", int(sample_seed), began, ended, self.engine.slept - slept)

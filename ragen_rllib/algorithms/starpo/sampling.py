@@ -51,7 +51,10 @@ def _sample_share(
     back the runner's metrics with the trajectories (so that no second call has to
     queue behind a busy runner)."""
     start = time.perf_counter()
-    trajs = runner.sample_groups(group_seeds, groups, sample_seed, reset_options)
+    # Without a curriculum the call is the one a runner subclass written before
+    # reset options existed overrides.
+    extra = () if reset_options is None else (reset_options,)
+    trajs = runner.sample_groups(group_seeds, groups, sample_seed, *extra)
     return key, trajs, runner.get_metrics(), time.perf_counter() - start
 
 
