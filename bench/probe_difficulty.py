@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from collections.abc import Iterator
 
 import numpy as np
 
@@ -48,60 +47,31 @@ def lake_greedy(env: FrozenLakeEnv, rng: np.random.Generator) -> bool:
     return False
 
 
-def _bfs_walk(free, start, goal) -> list[tuple[int, int]] | None:
-    """Cells from start to goal through ``free`` cells (start excluded)."""
-    parent = {start: None}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for cell in frontier:
-            if cell == goal:
-                path = []
-                while parent[cell] is not None:
-                    path.append(cell)
-                    cell = parent[cell]
-                return path[::-1]
-            for dr, dc in MOVES.values():
-                step = (cell[0] + dr, cell[1] + dc)
-                if step in free and step not in parent:
-                    parent[step] = cell
-                    nxt.append(step)
-        frontier = nxt
-    return None
-
-
 def sokoban_one_push(env: SokobanEnv) -> bool:
     room = env.state()
     (box,), (target,) = tuple(room.boxes), tuple(room.targets)
     player, moves = room.player, 0
-    floor = {
-        (r, c)
-        for r in range(room.shape[0])
-        for c in range(room.shape[1])
-        if (r, c) not in room.walls
-    }
+    walls = np.zeros(room.shape, dtype=bool)
+    for cell in room.walls:
+        walls[cell] = True
     while moves < BUDGET and box != target:
         dr = (target[0] > box[0]) - (target[0] < box[0])
         dc = 0 if dr else (target[1] > box[1]) - (target[1] < box[1])
         behind = (box[0] - dr, box[1] - dc)
         if player != behind:
-            walk = _bfs_walk(floor - {box}, player, behind)
+            blocked = walls.copy()
+            blocked[box] = True
+            walk = shortest_path(blocked, player, behind)  # the moves, or None
             if walk is None:
                 return False
             moves += len(walk)
             player = behind
             continue
         ahead = (box[0] + dr, box[1] + dc)
-        if ahead not in floor:
+        if walls[ahead]:
             return False
         player, box, moves = box, ahead, moves + 1
     return box == target and moves <= BUDGET
-
-
-def states(env, n: int) -> Iterator[int]:
-    for seed in range(n):
-        env.reset(seed=seed)
-        yield seed
 
 
 def main() -> None:
@@ -112,14 +82,16 @@ def main() -> None:
 
     lake = FrozenLakeEnv(is_slippery=False)
     lengths, greedy = Counter(), 0
-    for _ in states(lake, args.states):
+    for seed in range(args.states):
+        lake.reset(seed=seed)
         lengths[len(shortest_path(lake.holes, lake.start, lake.goal))] += 1
         greedy += lake_greedy(lake, rng)
     print_row("FrozenLakeNoSlip", lengths, args.states, "greedy", greedy)
 
     soko = SokobanEnv()
     lengths, pushes = Counter(), 0
-    for _ in states(soko, args.states):
+    for seed in range(args.states):
+        soko.reset(seed=seed)
         path = solve(soko.state())
         lengths[len(path) if path is not None else -1] += 1
         pushes += sokoban_one_push(soko)
