@@ -37,10 +37,8 @@ class FixedSokoban(SokobanEnv):
         super().__init__(**kwargs)
         self._room = fixed_room(dim_room=self.dim_room, num_boxes=self.num_boxes)
 
-    def _new_episode(self) -> None:
-        room = self._room
-        self._walls, self._targets = room.walls, room.targets
-        self._boxes, self.player = set(room.boxes), room.player
+    def _draw_room(self) -> SokobanState:
+        return self._room
 
 
 if "FixedSokoban-v0" not in gym.registry:

@@ -357,12 +357,13 @@ def check_model(config) -> None:
         load_hub_config(model_path)
 
 
-def _make_and_reset(make: Callable[[], Any], what: str) -> None:
-    """Make an env and reset it once; whatever fails raises ValueError saying ``what``."""
+def _make_and_reset(make: Callable[[], Any], what: str, options: dict | None = None) -> None:
+    """Make an env and reset it once (with ``options``, if any); whatever fails raises
+    ValueError saying ``what``."""
     try:
         env = make()
         try:
-            env.reset(seed=0)
+            env.reset(seed=0, **({} if options is None else {"options": options}))
         finally:
             env.close()
     except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
@@ -387,16 +388,11 @@ def _check_curriculum(config) -> None:
     if config.env_mix is not None:
         raise ValueError("config curriculum is invalid with env_mix: give one env (`env`)")
     for i, (_, options) in enumerate(parse_curriculum(config.curriculum)):
-        env = make_env(config)
-        try:
-            env.reset(seed=0, options=options or None)
-        except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
-            raise ValueError(
-                f"config curriculum[{i}]: the env {config.env!r} rejects reset_options="
-                f"{options!r}: {type(err).__name__}: {err}"
-            ) from err
-        finally:
-            env.close()
+        _make_and_reset(
+            lambda: make_env(config),
+            f"config curriculum[{i}]: the env {config.env!r} rejects reset_options={options!r}",
+            options or None,
+        )
 
 
 def _check_env_config(config) -> None:

@@ -77,7 +77,7 @@ class SamplingMixin:
     """The driver's side of sampling (see the module docstring). Expects the
     algorithm's ``config``, ``env_runner``, ``env_runner_group``, ``learner_group``,
     ``metrics``, and its ``_seed_base``, ``_num_sample_calls``, ``_request``,
-    ``_policy_version`` and ``_lifetime`` counters."""
+    ``_policy_version`` and ``_lifetime`` counters, and its parsed ``_curriculum``."""
 
     def setup(self, config) -> None:
         """Refuse runner actors that no node of the cluster could hold before RLlib
@@ -122,7 +122,7 @@ class SamplingMixin:
             if len(part)
         }
         call = self._num_sample_calls - 1
-        self._curriculum_stage, options = stage_at(self._curriculum, call)
+        _, options = stage_at(self._curriculum, call)
         self._request = SampleRequest(call, shares, reset_options=options)
         if self.env_runner is None:
             self._send(self._request, list(shares))
@@ -182,6 +182,9 @@ class SamplingMixin:
                 )
         if runner_metrics:
             self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        if self._curriculum:  # the stage of the call that drew this batch
+            stage, _ = stage_at(self._curriculum, request.call)
+            self.metrics.log_value(("curriculum", "stage"), stage, window=1)
         trajs = [t for key in sorted(request.results) for t in request.results[key]]
         return trajs, sum(busy_s) / max(1, len(request.shares))
 

@@ -282,7 +282,6 @@ class StarPO(SamplingMixin, Algorithm):
         self._seed_base = mix_seed(self.config.seed)
         self._num_sample_calls = 0
         self._curriculum = parse_curriculum(self.config.curriculum)
-        self._curriculum_stage = -1
         self._policy_version = 0  # learner updates so far
         self._request: SampleRequest | None = None
         self._last_step_end: float | None = None
@@ -330,8 +329,6 @@ class StarPO(SamplingMixin, Algorithm):
                 trajs, busy = self._collect_sample()
                 waited = time.perf_counter() - wait_start
             self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
-            if self._curriculum:
-                self.metrics.log_value(("curriculum", "stage"), self._curriculum_stage, window=1)
             if len(self._mix) > 1:  # every rollout metric per env of the mixture too
                 for name, part in by_env(trajs).items():
                     self.metrics.log_dict(rollout_metrics(part), key=("rollout", name), window=1)
