@@ -122,6 +122,41 @@ def test_report_of_a_sweep_labels_trials_by_what_differs(tmp_path):
     assert len(trajectories) == 6  # 3 per trial
 
 
+def test_report_of_a_seed_sweep_gives_mean_and_std_per_setting(tmp_path, capsys):
+    """Trials differing in `seed` and `filter_keep_ratio`: one row per ratio, the
+    evaluation at each iteration all trials evaluated, mean +- sample std over seeds."""
+    evals = {(0.5, 0): 0.2, (0.5, 1): 0.4, (0.5, 2): 0.6, (1.0, 0): 0.1, (1.0, 1): 0.3}
+    for n, ((ratio, seed), at_20) in enumerate(evals.items()):
+        folder = tmp_path / "exp" / f"StarPO_x_{n}_2026-11-25_00-00-00"
+        folder.mkdir(parents=True)
+        rows = _rows(20, None)
+        for row in rows:
+            row["rollout"]["success_rate"] = seed / 10 + ratio
+            row.pop("evaluation", None)
+        rows[9]["evaluation"] = {"success_rate": 0.5}
+        rows[19]["evaluation"] = {"success_rate": at_20}
+        if n == 4:
+            del rows[9]["evaluation"]  # not evaluated at 10: the column goes
+        (folder / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        params = {"filter_keep_ratio": ratio, "seed": seed, "env": "ragen/Demo-v0"}
+        (folder / "params.json").write_text(json.dumps(params))
+    assert main(["report", str(tmp_path / "exp")]) == 0
+    table = (tmp_path / "exp" / "report" / "seeds.md").read_text()
+    assert (tmp_path / "exp" / "report" / "seeds.png").read_bytes()[:4] == b"\x89PNG"
+    lines = table.splitlines()
+    assert lines[0] == "| setting | seeds | eval @20 | train 1-20 |"
+    assert lines[2] == "| filter_keep_ratio=0.5 | 3 | 0.400 +- 0.200 | 0.600 +- 0.100 |"
+    assert lines[3] == "| filter_keep_ratio=1.0 | 2 | 0.200 +- 0.141 | 1.050 +- 0.071 |"
+    assert "seeds.md" in capsys.readouterr().out
+
+
+def test_report_of_a_sweep_without_a_seed_axis_writes_no_seed_table(tmp_path):
+    for i, lr in enumerate((1e-4, 3e-4)):
+        make_trial(tmp_path / "exp" / f"StarPO_x_{i}_2026-11-25_00-00-00", lr)
+    assert main(["report", str(tmp_path / "exp"), "--max-trajectories", "1"]) == 0
+    assert not (tmp_path / "exp" / "report" / "seeds.md").exists()
+
+
 def test_report_names_a_folder_without_results(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "result.json" in capsys.readouterr().err

@@ -10,7 +10,10 @@ trials differ in). The report goes to ``<run dir>/report/``:
   iteration, with the collapse warning marked where it fired;
 * ``report.html``: one file, no network fetches, that holds the curves and a
   trajectory browser over the rollout dumps (``rollout_dump_interval``), see
-  :mod:`ragen_rllib.cli.report_html`.
+  :mod:`ragen_rllib.cli.report_html`;
+* for a sweep with a seed axis (trials that differ in ``seed`` as well as in
+  other settings), ``seeds.md`` and ``seeds.png``: each setting's success as
+  mean +- std over its seeds, see :mod:`ragen_rllib.cli.report_seeds`.
 """
 
 from __future__ import annotations
@@ -80,6 +83,12 @@ def lookup(row: dict[str, Any], path: str) -> float:
             return math.nan
         node = node[part]
     return float(node) if isinstance(node, int | float) else math.nan
+
+
+def series(rows: list[dict[str, Any]], path: str) -> dict[int, float]:
+    """{iteration: value} of ``path`` over the rows that logged it."""
+    points = ((row.get(ITERATION), lookup(row, path)) for row in rows)
+    return {int(i): v for i, v in points if i is not None and v == v}
 
 
 def expand(path: str, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -196,6 +205,7 @@ def report(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ragen_rllib.cli.report_html import collect_trajectories, render_html
+    from ragen_rllib.cli.report_seeds import plot_seeds, seed_groups, seed_table
 
     run_dir = Path(args.run_dir).expanduser().resolve()
     trials = find_trials(run_dir)
@@ -217,6 +227,15 @@ def report(args: argparse.Namespace) -> int:
         html = render_html(run_dir.name, labels, results, png, trajectories)
         (out / "report.html").write_text(html, encoding="utf-8")
         bar.update()
-    print(f"wrote {out / 'curves.png'} and {out / 'report.html'} "
+    groups = seed_groups(trials)
+    if groups is not None:  # a sweep with a seed axis: mean +- std per setting
+        evals = [series(rows, "evaluation/success_rate") for rows in results]
+        trains = [series(rows, "rollout/success_rate") for rows in results]
+        table = seed_table(groups, evals, trains)
+        (out / "seeds.md").write_text(table, encoding="utf-8")
+        (out / "seeds.png").write_bytes(plot_seeds(groups, evals, trains))
+        print(table, end="")
+    seeds = " and seeds.md/seeds.png (mean +- std over seeds)" if groups is not None else ""
+    print(f"wrote {out / 'curves.png'} and {out / 'report.html'}{seeds} "
           f"({len(trials)} trial(s), {len(trajectories)} trajectories)")  # fmt: skip
     return 0
