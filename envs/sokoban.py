@@ -5,7 +5,11 @@ can be pushed (one at a time) but never pulled. Rooms come from
 :mod:`.sokoban_gen` (reverse play from the solved state, so every room is
 solvable). Rewards per executed action: -0.1, plus 1 for a box pushed onto a
 target, -1 for a box pushed off one, and 10 when every box is on a target,
-which ends the episode.
+which ends the episode. With ``distance_shaping`` c > 0 (off by default), a
+push also earns c times the cells by which it brought the box nearer its
+nearest target (negative when farther): a potential-based shaping term, whose
+sum over an episode is c times the distance removed, so it does not change
+which policies are best (Ng, Harada and Russell, 1999).
 
 The room is drawn one row per line in one of two symbol sets (``vocab``):
 ``"standard"`` (the RAGEN paper's) or ``"new"``, a set sharing no symbol with
@@ -156,6 +160,9 @@ class SokobanEnv(TextEnv):
         coordinates: append a line with the positions of you, the boxes and the
             targets (see :class:`TextEnv`).
         action_budget: actions per trajectory (paper: 10).
+        distance_shaping: c >= 0; each push adds c times the drop of the pushed
+            box's Manhattan distance to its nearest target (0: the paper's
+            rewards only).
         **kwargs: passed to :class:`TextEnv` (max_actions_per_turn, format_penalty, ...).
 
     ``reset(options={"room": text})`` starts from a given room instead of a
@@ -180,9 +187,19 @@ class SokobanEnv(TextEnv):
         max_steps: int = 100,
         vocab: str = "standard",
         action_budget: int = 10,
+        distance_shaping: float = 0.0,
         **kwargs: Any,
     ) -> None:
         self.dim_room = check_room_params(dim_room, num_boxes, search_depth, num_player_moves)
+        if (
+            not isinstance(distance_shaping, int | float)
+            or isinstance(distance_shaping, bool)
+            or not 0 <= distance_shaping < float("inf")
+        ):
+            raise ValueError(
+                f"distance_shaping must be a finite number >= 0, got {distance_shaping!r}"
+            )
+        self.distance_shaping = float(distance_shaping)
         if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
         if vocab not in VOCABS:
@@ -305,6 +322,10 @@ class SokobanEnv(TextEnv):
             self._boxes.remove(step)
             self._boxes.add(beyond)
             reward += BOX_ON_TARGET_REWARD * ((beyond in self._targets) - (step in self._targets))
+            if self.distance_shaping:
+                reward += self.distance_shaping * (
+                    self._target_distance(step) - self._target_distance(beyond)
+                )
         elif not self._is_free(step):
             return reward, False, False
         self.player = step
@@ -312,6 +333,10 @@ class SokobanEnv(TextEnv):
         if solved:
             reward += SOLVED_REWARD
         return reward, True, solved
+
+    def _target_distance(self, cell: Cell) -> int:
+        """Manhattan distance from ``cell`` to the nearest target."""
+        return min(abs(cell[0] - t[0]) + abs(cell[1] - t[1]) for t in self._targets)
 
     def _is_success(self) -> bool:
         return self._boxes <= self._targets

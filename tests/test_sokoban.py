@@ -92,6 +92,28 @@ def test_solving_gives_10_and_terminates_before_the_rest_of_the_turn():
         env.step(answer("Left"))
 
 
+def test_distance_shaping_pays_each_push_by_the_distance_it_removes():
+    room = "######\n#P___#\n#_X__#\n#____#\n#_O__#\n######"  # the box 2 cells above O
+    env, _ = env_in(room, distance_shaping=0.5)
+    assert env.step(answer("Down", "Left"))[1] == pytest.approx(-0.2)  # no push: no shaping
+    env, _ = env_in(room, distance_shaping=0.5)
+    _, r_walk, *_ = env.step(answer("Right"))
+    _, r_down, *_ = env.step(answer("Down"))  # pushes the box from (2,2) to (3,2): 1 nearer
+    assert r_walk == pytest.approx(-0.1) and r_down == pytest.approx(-0.1 + 0.5)
+    _, r_push, term, _, info = env.step(answer("Down"))  # onto the target: shaping + 1 + 10
+    assert term and info["success"] and r_push == pytest.approx(-0.1 + 0.5 + 1 + 10)
+    # Away from the target costs as much; 0 (the default) gives the paper's rewards.
+    env, _ = env_in(room, distance_shaping=0.5)
+    env.step(answer("Right"))
+    assert env.step(answer("Down", "Up"))[1] == pytest.approx(-0.2 + 0.5)  # push, step back
+    env, _ = env_in(room, distance_shaping=0.5)
+    env.step(answer("Down"))
+    assert env.step(answer("Right"))[1] == pytest.approx(-0.1 - 0.5)  # box to (2,3): farther
+    env, _ = env_in(room)
+    env.step(answer("Right"))
+    assert env.step(answer("Down"))[1] == pytest.approx(-0.1)
+
+
 @pytest.mark.parametrize(
     "room, move",
     [
@@ -254,6 +276,9 @@ def test_room_option_is_read_in_the_active_vocab():
         ({"max_steps": 0}, "max_steps"),
         ({"vocab": "fancy"}, "vocab"),
         ({"action_budget": 0}, "action_budget"),
+        ({"distance_shaping": -0.5}, "distance_shaping"),
+        ({"distance_shaping": float("nan")}, "distance_shaping"),
+        ({"distance_shaping": "1"}, "distance_shaping"),
     ],
 )
 def test_bad_arguments(kwargs, match):
