@@ -6,12 +6,17 @@ walk round the box first (Up, Up, Right, Up, Left). A policy only has to learn
 one move sequence, so a working multi-turn pipeline must take it to about 100%
 quickly; the random-room example (``sokoban_cpu.yaml``, where the planner
 solves about 95% and random play about 10%) can then be judged against it.
-Importing this module registers ``FixedSokoban-v0``:
+Importing this module registers ``FixedSokoban-v0``. The control as measured
+(docs/results.md), with the example's levers off (one move a turn, the think
+text generated, no shaping, every batch updating):
 
     PYTHONPATH=bench python bench/bench_train_cpu.py \\
         tuned_examples/sokoban_cpu.yaml --iterations 200 --threads 1 \\
         --config '{"env": "FixedSokoban-v0", "env_module": "fixed_sokoban",
-                   "eval_num_states": 64, "eval_suites": null}'
+                   "eval_num_states": 64, "eval_suites": null, "prefill": "<think>",
+                   "skip_zero_advantage_updates": false, "env_config": {
+                   "instructions": "compact", "coordinates": true,
+                   "max_actions_per_turn": 1}}'
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ NONNEG = {
 }  # fmt: skip
 BOOL = {
     "whiten_advantages", "shuffle_batch_per_epoch", "async_rollouts", "restart_failed_env_runners",
-    "filter_include_zero", "gradient_checkpointing",
+    "filter_include_zero", "gradient_checkpointing", "skip_zero_advantage_updates",
 }  # fmt: skip
 CHOICES = {
     "advantage_estimator": (
