@@ -122,32 +122,58 @@ def test_report_of_a_sweep_labels_trials_by_what_differs(tmp_path):
     assert len(trajectories) == 6  # 3 per trial
 
 
-def test_report_of_a_seed_sweep_gives_mean_and_std_per_setting(tmp_path, capsys):
-    """Trials differing in `seed` and `filter_keep_ratio`: one row per ratio, the
-    evaluation at each iteration all trials evaluated, mean +- sample std over seeds."""
-    evals = {(0.5, 0): 0.2, (0.5, 1): 0.4, (0.5, 2): 0.6, (1.0, 0): 0.1, (1.0, 1): 0.3}
-    for n, ((ratio, seed), at_20) in enumerate(evals.items()):
-        folder = tmp_path / "exp" / f"StarPO_x_{n}_2026-11-25_00-00-00"
-        folder.mkdir(parents=True)
-        rows = _rows(20, None)
-        for row in rows:
-            row["rollout"]["success_rate"] = seed / 10 + ratio
-            row.pop("evaluation", None)
-        rows[9]["evaluation"] = {"success_rate": 0.5}
-        rows[19]["evaluation"] = {"success_rate": at_20}
-        if n == 4:
-            del rows[9]["evaluation"]  # not evaluated at 10: the column goes
-        (folder / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        params = {"filter_keep_ratio": ratio, "seed": seed, "env": "ragen/Demo-v0"}
+def _seed_trial(folder: Path, params: dict | None, evals: dict[int, float], train: float) -> None:
+    folder.mkdir(parents=True)
+    rows = _rows(20, None)
+    for row in rows:
+        row["rollout"]["success_rate"] = train
+        row.pop("evaluation", None)
+        if row["training_iteration"] in evals:
+            row["evaluation"] = {"success_rate": evals[row["training_iteration"]]}
+    (folder / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if params is not None:
         (folder / "params.json").write_text(json.dumps(params))
+
+
+def test_report_of_a_seed_sweep_gives_mean_and_std_per_setting(tmp_path, capsys):
+    """Trials differing in `seed` and `filter_keep_ratio`: one row per ratio, a column per
+    evaluated iteration, mean +- sample std over the seeds, and the count where a trial
+    has no value (one not evaluated at 10, one that crashed before its first row)."""
+    trials = [  # (ratio, seed, evaluations, training success)
+        (0.5, 0, {10: 0.5, 20: 0.2}, 0.5), (0.5, 1, {10: 0.5, 20: 0.4}, 0.6),
+        (0.5, 2, {10: 0.5, 20: 0.6}, 0.7), (1.0, 0, {10: 0.5, 20: 0.1}, 1.0),
+        (1.0, 1, {20: 0.3}, 1.1), (1.0, 2, {}, 0.0),
+    ]  # fmt: skip
+    for n, (ratio, seed, evals, train) in enumerate(trials):
+        folder = tmp_path / "exp" / f"StarPO_x_{n}_2026-11-25_00-00-00"
+        _seed_trial(folder, {"filter_keep_ratio": ratio, "seed": seed, "env": "D"}, evals, train)
+        if n == 5:
+            (folder / "result.json").write_text("")  # crashed before its first result
+    _seed_trial(tmp_path / "exp" / "StarPO_x_6_old", None, {20: 0.9}, 0.9)  # no params.json
     assert main(["report", str(tmp_path / "exp")]) == 0
     table = (tmp_path / "exp" / "report" / "seeds.md").read_text()
     assert (tmp_path / "exp" / "report" / "seeds.png").read_bytes()[:4] == b"\x89PNG"
     lines = table.splitlines()
-    assert lines[0] == "| setting | seeds | eval @20 | train 1-20 |"
-    assert lines[2] == "| filter_keep_ratio=0.5 | 3 | 0.400 +- 0.200 | 0.600 +- 0.100 |"
-    assert lines[3] == "| filter_keep_ratio=1.0 | 2 | 0.200 +- 0.141 | 1.050 +- 0.071 |"
+    assert lines[0] == "| setting | seeds | eval @10 | train 1-10 | eval @20 | train 1-20 |"
+    assert lines[2] == (
+        "| filter_keep_ratio=0.5 | 3 | 0.500 +- 0.000 | 0.600 +- 0.100 | 0.400 +- 0.200 "
+        "| 0.600 +- 0.100 |"
+    )
+    assert lines[3] == (
+        "| filter_keep_ratio=1.0 | 3 | 0.500 (n=1) | 1.050 +- 0.071 (n=2) "
+        "| 0.200 +- 0.141 (n=2) | 1.050 +- 0.071 (n=2) |"
+    )
+    assert lines[-1] == "left out (no seed in params.json): StarPO_x_6_old"
     assert "seeds.md" in capsys.readouterr().out
+
+
+def test_a_seed_run_twice_counts_once_as_a_seed(tmp_path):
+    for n, seed in enumerate((0, 0, 1)):
+        folder = tmp_path / "exp" / f"StarPO_x_{n}_2026-11-25_00-00-00"
+        _seed_trial(folder, {"lr": 1e-4, "seed": seed}, {20: 0.1 * n}, 0.5)
+    assert main(["report", str(tmp_path / "exp")]) == 0
+    row = (tmp_path / "exp" / "report" / "seeds.md").read_text().splitlines()[2]
+    assert row == "| all trials | 2 (3 trials) | 0.100 +- 0.100 | 0.500 +- 0.000 |"
 
 
 def test_report_of_a_sweep_without_a_seed_axis_writes_no_seed_table(tmp_path):

@@ -11,7 +11,7 @@ trials differ in). The report goes to ``<run dir>/report/``:
 * ``report.html``: one file, no network fetches, that holds the curves and a
   trajectory browser over the rollout dumps (``rollout_dump_interval``), see
   :mod:`ragen_rllib.cli.report_html`;
-* for a sweep with a seed axis (trials that differ in ``seed`` as well as in
+* for a sweep with a seed axis (trials that differ in ``seed``, and maybe in
   other settings), ``seeds.md`` and ``seeds.png``: each setting's success as
   mean +- std over its seeds, see :mod:`ragen_rllib.cli.report_seeds`.
 """
@@ -205,7 +205,7 @@ def report(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ragen_rllib.cli.report_html import collect_trajectories, render_html
-    from ragen_rllib.cli.report_seeds import plot_seeds, seed_groups, seed_table
+    from ragen_rllib.cli.report_seeds import plot_seeds, seed_groups, seed_table, trial_seed
 
     run_dir = Path(args.run_dir).expanduser().resolve()
     trials = find_trials(run_dir)
@@ -227,15 +227,19 @@ def report(args: argparse.Namespace) -> int:
         html = render_html(run_dir.name, labels, results, png, trajectories)
         (out / "report.html").write_text(html, encoding="utf-8")
         bar.update()
-    groups = seed_groups(trials)
-    if groups is not None:  # a sweep with a seed axis: mean +- std per setting
+    by_seed = seed_groups(trials)
+    if by_seed is not None:  # a sweep with a seed axis: mean +- std per setting
+        groups, left_out = by_seed
         evals = [series(rows, "evaluation/success_rate") for rows in results]
         trains = [series(rows, "rollout/success_rate") for rows in results]
-        table = seed_table(groups, evals, trains)
+        table = seed_table(groups, evals, trains, [trial_seed(t) for t in trials])
+        if left_out:
+            names = ", ".join(trials[i].name for i in left_out)
+            table += f"\nleft out (no seed in params.json): {names}\n"
         (out / "seeds.md").write_text(table, encoding="utf-8")
         (out / "seeds.png").write_bytes(plot_seeds(groups, evals, trains))
         print(table, end="")
-    seeds = " and seeds.md/seeds.png (mean +- std over seeds)" if groups is not None else ""
+    seeds = " and seeds.md/seeds.png (mean +- std over seeds)" if by_seed is not None else ""
     print(f"wrote {out / 'curves.png'} and {out / 'report.html'}{seeds} "
           f"({len(trials)} trial(s), {len(trajectories)} trajectories)")  # fmt: skip
     return 0

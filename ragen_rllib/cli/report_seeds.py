@@ -3,9 +3,10 @@
 A sweep such as ``rllib train file <ablation.yaml> --config '{"seed": {"grid_search":
 [0, 1, 2]}}'`` gives one trial per (setting, seed). :func:`seed_groups` puts the trials
 that differ only in ``seed`` together; :func:`seed_table` gives, per setting, the
-evaluation success at each iteration where every seed was evaluated, and the training
-success over the last ``window`` iterations before it, as mean +- sample std (ddof 1)
-over the seeds, in Markdown. :func:`plot_seeds` draws the same as curves with a band of
+evaluation success at each evaluated iteration, and the training success over the
+``window`` iterations up to it, as mean +- sample std (ddof 1) over the seeds, in
+Markdown; a cell over fewer trials than its setting has (one crashed, or still
+running) says how many. :func:`plot_seeds` draws the same as curves with a band of
 one std. The report writes both as ``seeds.md`` and ``seeds.png``.
 """
 
@@ -13,13 +14,17 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 Series = dict[int, float]  # {iteration: value}
+
+
+def trial_seed(trial: Path) -> Any:
+    """The trial's ``seed`` from its ``params.json`` (None when it has none)."""
+    return _params(trial).get("seed")
 
 
 def _params(trial: Path) -> dict[str, Any]:
@@ -29,54 +34,74 @@ def _params(trial: Path) -> dict[str, Any]:
         return {}
 
 
-def seed_groups(trials: list[Path]) -> dict[str, list[int]] | None:
-    """{label of a setting: indices of its trials}, or None when the trials have no seed
-    axis (``seed`` takes one value) or no setting has two seeds. The label names the
-    config values, other than ``seed``, in which the settings differ."""
+def seed_groups(trials: list[Path]) -> tuple[dict[str, list[int]], list[int]] | None:
+    """({label of a setting: indices of its trials}, indices of the trials left out), or
+    None when the trials have no seed axis (``seed`` takes one value) or no setting has
+    two trials. Trials without a readable ``params.json`` or without a ``seed`` in it are
+    left out. The label names the config values, other than ``seed``, in which the
+    settings differ."""
     params = [_params(t) for t in trials]
-    if len({json.dumps(p.get("seed")) for p in params}) < 2:
+    used = [i for i, p in enumerate(params) if "seed" in p]
+    left_out = [i for i in range(len(trials)) if i not in used]
+    if len({json.dumps(params[i]["seed"]) for i in used}) < 2:
         return None
-    rest = [{k: v for k, v in p.items() if k != "seed"} for p in params]
-    keys = sorted({k for p in rest for k in p})
-    differ = [k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in rest}) > 1]
+    rest = {i: {k: v for k, v in params[i].items() if k != "seed"} for i in used}
+    keys = sorted({k for p in rest.values() for k in p})
+    differ = [
+        k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in rest.values()}) > 1
+    ]
     groups: dict[str, list[int]] = {}
-    for i, p in enumerate(rest):
+    for i, p in rest.items():
         label = ", ".join(f"{k}={json.dumps(p.get(k))}" for k in differ) or "all trials"
         groups.setdefault(label, []).append(i)
-    return groups if max(len(v) for v in groups.values()) >= 2 else None
+    if max(len(v) for v in groups.values()) < 2:
+        return None
+    return groups, left_out
 
 
-def _stat(values: list[float]) -> str:
+def _stat(values: list[float], of: int) -> str:
+    """mean +- sample std; "(n=k)" when only k of the setting's ``of`` trials gave a value."""
     if not values:
         return "-"
     mean = float(np.mean(values))
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
-    return f"{mean:.3f} +- {std:.3f}" if std == std else f"{mean:.3f}"
+    text = f"{mean:.3f} +- {np.std(values, ddof=1):.3f}" if len(values) > 1 else f"{mean:.3f}"
+    return text if len(values) == of else f"{text} (n={len(values)})"
 
 
 def seed_table(
-    groups: dict[str, list[int]], evals: list[Series], trains: list[Series], window: int = 20
+    groups: dict[str, list[int]],
+    evals: list[Series],
+    trains: list[Series],
+    seeds: list[Any],
+    window: int = 20,
 ) -> str:
-    """Markdown: one row per setting, a column per evaluated iteration common to all
-    trials. ``evals`` and ``trains`` hold each trial's evaluation and training success."""
-    common = sorted(set.intersection(*(set(e) for e in evals))) if evals else []
+    """Markdown: one row per setting, a column per iteration at which any trial was
+    evaluated. ``evals``, ``trains`` and ``seeds`` hold each trial's evaluation and
+    training success and its seed. A cell is over the setting's trials that have the
+    value, and says how many when that is not all of them (a crashed or running trial)."""
+    members = [i for group in groups.values() for i in group]
+    evaluated = sorted({it for i in members for it in evals[i]})
     head = ["setting", "seeds"]
-    for it in common:
+    for it in evaluated:
         head += [f"eval @{it}", f"train {max(1, it - window + 1)}-{it}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for label, members in groups.items():
-        cells = [label, str(len(members))]
-        for it in common:
-            cells.append(_stat([evals[i][it] for i in members]))
+    for label, group in groups.items():
+        distinct = len({json.dumps(seeds[i]) for i in group})
+        count = str(distinct) if distinct == len(group) else f"{distinct} ({len(group)} trials)"
+        cells = [label, count]
+        for it in evaluated:
+            cells.append(_stat([evals[i][it] for i in group if it in evals[i]], len(group)))
             blocks = []
-            for i in members:
+            for i in group:
                 span = [v for k, v in trains[i].items() if it - window < k <= it]
                 if span:
                     blocks.append(float(np.mean(span)))
-            cells.append(_stat(blocks))
+            cells.append(_stat(blocks, len(group)))
         lines.append("| " + " | ".join(cells) + " |")
-    note = (f"mean +- sample std over the seeds; training success is the mean over the "
-            f"{window} iterations ending at the evaluation")  # fmt: skip
+    note = (
+        "mean +- sample std over the trials of a setting (one per seed); training success "
+        f"is the mean over the {window} iterations that end at the evaluation"
+    )
     return "\n".join(lines) + f"\n\n{note}\n"
 
 
@@ -95,8 +120,8 @@ def plot_seeds(
     for g, (label, members) in enumerate(groups.items()):
         colour = colours[g % len(colours)]
         for ax, by_trial, smooth in ((axes[0], trains, True), (axes[1], evals, False)):
-            series = [by_trial[i] for i in members]
-            xs = sorted(set.intersection(*(set(s) for s in series)))
+            series = [by_trial[i] for i in members if by_trial[i]]  # not a trial without data
+            xs = sorted(set.intersection(*(set(s) for s in series))) if series else []
             if not xs:
                 continue
             ys = np.array([[s[x] for x in xs] for s in series])
