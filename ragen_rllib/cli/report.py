@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen_rllib.cli.experiments import UsageError
+from ragen_rllib.cli.report_seeds import differing_keys
 
 #: (title, [(label, key path in a result row)]), one panel each. A path with "*"
 #: stands for every key found there in the rows (a mixture's env, a suite and its env).
@@ -116,18 +117,20 @@ def expand(path: str, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return sorted(found.items())
 
 
-def trial_labels(trials: list[Path]) -> list[str]:
-    """Each trial's label: the config values in which the trials differ."""
-    params = []
-    for trial in trials:
-        try:
-            params.append(json.loads((trial / "params.json").read_text()))
-        except (OSError, json.JSONDecodeError):
-            params.append({})
+def read_params(trial: Path) -> dict[str, Any]:
+    """A trial's ``params.json`` ({} when it is missing or unreadable)."""
+    try:
+        return json.loads((trial / "params.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def trial_labels(trials: list[Path], params: list[dict[str, Any]]) -> list[str]:
+    """Each trial's label: the config values (``params``, one per trial) in which the
+    trials differ."""
     if len(trials) == 1:
         return [re.sub(r"_\d{4}-\d\d-\d\d.*$", "", trials[0].name)]
-    keys = sorted({k for p in params for k in p})
-    differ = [k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in params}) > 1]
+    differ = differing_keys(params)
     labels = []
     for trial, p in zip(trials, params, strict=True):
         shown = ", ".join(f"{k}={json.dumps(p.get(k))}" for k in differ[:3])
@@ -205,7 +208,7 @@ def report(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ragen_rllib.cli.report_html import collect_trajectories, render_html
-    from ragen_rllib.cli.report_seeds import plot_seeds, seed_groups, seed_table, trial_seed
+    from ragen_rllib.cli.report_seeds import plot_seeds, seed_groups, seed_table
 
     run_dir = Path(args.run_dir).expanduser().resolve()
     trials = find_trials(run_dir)
@@ -216,7 +219,8 @@ def report(args: argparse.Namespace) -> int:
         for trial in trials:
             results.append(read_results(trial))
             bar.update()
-        labels = trial_labels(trials)
+        params = [read_params(trial) for trial in trials]
+        labels = trial_labels(trials, params)
         png = plot_curves(trials, labels, results)
         (out / "curves.png").write_bytes(png)
         bar.update()
@@ -227,12 +231,12 @@ def report(args: argparse.Namespace) -> int:
         html = render_html(run_dir.name, labels, results, png, trajectories)
         (out / "report.html").write_text(html, encoding="utf-8")
         bar.update()
-    by_seed = seed_groups(trials)
+    by_seed = seed_groups(params)
     if by_seed is not None:  # a sweep with a seed axis: mean +- std per setting
         groups, left_out = by_seed
         evals = [series(rows, "evaluation/success_rate") for rows in results]
         trains = [series(rows, "rollout/success_rate") for rows in results]
-        table = seed_table(groups, evals, trains, [trial_seed(t) for t in trials])
+        table = seed_table(groups, evals, trains, [p.get("seed") for p in params])
         if left_out:
             names = ", ".join(trials[i].name for i in left_out)
             table += f"\nleft out (no seed in params.json): {names}\n"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,34 +21,24 @@ import numpy as np
 Series = dict[int, float]  # {iteration: value}
 
 
-def trial_seed(trial: Path) -> Any:
-    """The trial's ``seed`` from its ``params.json`` (None when it has none)."""
-    return _params(trial).get("seed")
+def differing_keys(params: list[dict[str, Any]]) -> list[str]:
+    """The config keys, sorted, whose values are not the same in all of ``params``."""
+    keys = sorted({k for p in params for k in p})
+    return [k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in params}) > 1]
 
 
-def _params(trial: Path) -> dict[str, Any]:
-    try:
-        return json.loads((trial / "params.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def seed_groups(trials: list[Path]) -> tuple[dict[str, list[int]], list[int]] | None:
+def seed_groups(params: list[dict[str, Any]]) -> tuple[dict[str, list[int]], list[int]] | None:
     """({label of a setting: indices of its trials}, indices of the trials left out), or
     None when the trials have no seed axis (``seed`` takes one value) or no setting has
-    two trials. Trials without a readable ``params.json`` or without a ``seed`` in it are
-    left out. The label names the config values, other than ``seed``, in which the
-    settings differ."""
-    params = [_params(t) for t in trials]
+    two trials. ``params`` holds each trial's ``params.json`` ({} when unreadable); the
+    trials without a ``seed`` in it are left out. The label names the config values,
+    other than ``seed``, in which the settings differ."""
     used = [i for i, p in enumerate(params) if "seed" in p]
-    left_out = [i for i in range(len(trials)) if i not in used]
+    left_out = [i for i in range(len(params)) if i not in used]
     if len({json.dumps(params[i]["seed"]) for i in used}) < 2:
         return None
     rest = {i: {k: v for k, v in params[i].items() if k != "seed"} for i in used}
-    keys = sorted({k for p in rest.values() for k in p})
-    differ = [
-        k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in rest.values()}) > 1
-    ]
+    differ = differing_keys(list(rest.values()))
     groups: dict[str, list[int]] = {}
     for i, p in rest.items():
         label = ", ".join(f"{k}={json.dumps(p.get(k))}" for k in differ) or "all trials"
