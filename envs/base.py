@@ -46,6 +46,17 @@ def grid_coordinates(grid: str, symbols: str) -> str:
     return "; ".join(entries)
 
 
+def check_distance_shaping(value: Any) -> float:
+    """A reward-shaping coefficient as a float: a finite number >= 0 (0: off)."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 <= value < float("inf")
+    ):
+        raise ValueError(f"distance_shaping must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def coordinates_max_length(grid_length: int, symbols: str) -> int:
     """An upper bound on the length of :func:`grid_coordinates` for a grid of at most
     ``grid_length`` characters (each cell listed once, at most two 2-digit numbers)."""

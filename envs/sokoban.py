@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import TextEnv
+from .base import TextEnv, check_distance_shaping
 from .sokoban_gen import DIRECTIONS, Cell, check_room_params, generate_room
 from .sokoban_solver import solve
 
@@ -192,15 +192,7 @@ class SokobanEnv(TextEnv):
         **kwargs: Any,
     ) -> None:
         self.dim_room = check_room_params(dim_room, num_boxes, search_depth, num_player_moves)
-        if (
-            not isinstance(distance_shaping, int | float)
-            or isinstance(distance_shaping, bool)
-            or not 0 <= distance_shaping < float("inf")
-        ):
-            raise ValueError(
-                f"distance_shaping must be a finite number >= 0, got {distance_shaping!r}"
-            )
-        self.distance_shaping = float(distance_shaping)
+        self.distance_shaping = check_distance_shaping(distance_shaping)
         if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
         if vocab not in VOCABS:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragen_envs.frozenlake import PERPENDICULAR, FrozenLakeEnv, generate_lake, shortest_path
+from ragen_envs.frozenlake import (
+    MOVES,
+    PERPENDICULAR,
+    FrozenLakeEnv,
+    generate_lake,
+    shortest_path,
+)
 
 
 def answer(*actions: str) -> str:
@@ -158,3 +164,56 @@ def test_format_penalty_once_per_turn():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         FrozenLakeEnv(**kwargs)
+
+
+def test_distance_shaping_pays_the_walking_distance_round_the_holes():
+    # G is two cells below P, past a hole, but 8 moves away on foot: right along the
+    # top row, down the right column, left along row 2.
+    layout = "P___\nOOO_\nG___\n____"
+    env = FrozenLakeEnv(is_slippery=False, distance_shaping=0.5, action_budget=20)
+    _lake(env, layout)
+    assert env.step(answer("Right"))[1] == pytest.approx(0.5)  # 8 -> 7 moves
+    # 7 -> 8, then into the border: no move, no pay.
+    assert env.step(answer("Left", "Up"))[1] == pytest.approx(-0.5)
+    _, r, term, *_ = env.step(answer("Right", "Right", "Right", "Down", "Down"))
+    assert not term and r == pytest.approx(0.5 * 5)  # 8 -> 3
+    _, r, term, _, info = env.step(answer("Left", "Left", "Left"))  # 3 -> 0, the goal
+    assert term and info["success"] and r == pytest.approx(0.5 * 3 + 1.0)
+    _lake(env, layout)
+    _, r, term, _, info = env.step(answer("Down"))  # a hole costs c, as a step away does
+    assert term and not info["success"] and r == pytest.approx(-0.5)
+    env = FrozenLakeEnv(is_slippery=False)
+    _lake(env, layout)
+    assert env.step(answer("Right"))[1] == 0.0  # off by default
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_distance_shaping_gives_every_solved_episode_the_same_total(seed):
+    """Shaped minus plain return is c times the start's walking distance, even when the
+    episode first steps aside."""
+    plain = FrozenLakeEnv(is_slippery=False)
+    shaped = FrozenLakeEnv(is_slippery=False, distance_shaping=0.3)
+    plain.reset(seed=seed)
+    shaped.reset(seed=seed)
+    start_distance = len(shortest_path(shaped.holes, shaped.start, shaped.goal))
+    r0, c0 = shaped.start
+    aside = next(
+        m for m, (dr, dc) in MOVES.items()
+        if 0 <= r0 + dr < shaped.size and 0 <= c0 + dc < shaped.size
+        and not shaped.holes[r0 + dr, c0 + dc] and (r0 + dr, c0 + dc) != shaped.goal
+    )  # fmt: skip
+    totals = []
+    for env in (plain, shaped):
+        _, total, *_ = env.step(answer(aside))
+        for move in shortest_path(env.holes, env.player, env.goal):
+            _, r, term, _, info = env.step(answer(move))
+            total += r
+        assert term and info["success"]
+        totals.append(total)
+    assert totals[1] - totals[0] == pytest.approx(0.3 * start_distance)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), "0.5", True])
+def test_distance_shaping_must_be_a_finite_number_at_least_0(bad):
+    with pytest.raises(ValueError, match="distance_shaping"):
+        FrozenLakeEnv(distance_shaping=bad)
