@@ -10,6 +10,7 @@ from ragen_envs.frozenlake import (
     PERPENDICULAR,
     FrozenLakeEnv,
     generate_lake,
+    goal_distances,
     shortest_path,
 )
 
@@ -187,30 +188,60 @@ def test_distance_shaping_pays_the_walking_distance_round_the_holes():
     assert env.step(answer("Right"))[1] == 0.0  # off by default
 
 
-@pytest.mark.parametrize("seed", range(10))
-def test_distance_shaping_gives_every_solved_episode_the_same_total(seed):
-    """Shaped minus plain return is c times the start's walking distance, even when the
-    episode first steps aside."""
-    plain = FrozenLakeEnv(is_slippery=False)
-    shaped = FrozenLakeEnv(is_slippery=False, distance_shaping=0.3)
-    plain.reset(seed=seed)
-    shaped.reset(seed=seed)
-    start_distance = len(shortest_path(shaped.holes, shaped.start, shaped.goal))
-    r0, c0 = shaped.start
-    aside = next(
-        m for m, (dr, dc) in MOVES.items()
-        if 0 <= r0 + dr < shaped.size and 0 <= c0 + dc < shaped.size
-        and not shaped.holes[r0 + dr, c0 + dc] and (r0 + dr, c0 + dc) != shaped.goal
-    )  # fmt: skip
-    totals = []
-    for env in (plain, shaped):
-        _, total, *_ = env.step(answer(aside))
-        for move in shortest_path(env.holes, env.player, env.goal):
-            _, r, term, _, info = env.step(answer(move))
-            total += r
-        assert term and info["success"]
-        totals.append(total)
-    assert totals[1] - totals[0] == pytest.approx(0.3 * start_distance)
+def test_distance_shaping_gives_every_solved_episode_the_same_total():
+    """Shaped minus plain return is c times the start's walking distance, also when the
+    episode first steps away from the goal and back."""
+    detours = 0
+    for seed in range(20):
+        plain = FrozenLakeEnv(is_slippery=False)
+        shaped = FrozenLakeEnv(is_slippery=False, distance_shaping=0.3)
+        plain.reset(seed=seed)
+        shaped.reset(seed=seed)
+        distance = goal_distances(shaped.holes, shaped.goal)
+        r0, c0 = shaped.start
+        away = [
+            move for move, (dr, dc) in MOVES.items()
+            if distance.get((r0 + dr, c0 + dc), -1) > distance[shaped.start]
+        ]  # fmt: skip
+        detours += bool(away)
+        totals = []
+        for env in (plain, shaped):
+            total = 0.0
+            if away:
+                total += env.step(answer(away[0]))[1]
+            for move in shortest_path(env.holes, env.player, env.goal):
+                _, r, term, _, info = env.step(answer(move))
+                total += r
+            assert term and info["success"]
+            totals.append(total)
+        start_distance = len(shortest_path(shaped.holes, shaped.start, shaped.goal))
+        assert totals[1] - totals[0] == pytest.approx(0.3 * start_distance)
+    assert detours >= 10  # most starts have a step away from the goal
+
+
+def test_distance_shaping_on_a_slippery_lake_pays_the_move_that_happened():
+    env = FrozenLakeEnv(slip_rate=0.5, distance_shaping=0.5, action_budget=200)
+    slipped = 0
+    for seed in range(30):
+        env.reset(seed=seed)
+        for _ in range(200):
+            distance = goal_distances(env.holes, env.goal)
+            before = env.player
+            _, r, term, trunc, info = env.step(answer("Right"))
+            ((asked, went),) = info["moves"]
+            slipped += asked != went
+            dr, dc = MOVES[went]
+            after = (before[0] + dr, before[1] + dc)
+            if not (0 <= after[0] < env.size and 0 <= after[1] < env.size):
+                expected = 0.0  # the border: no move
+            elif env.holes[after]:
+                expected = -0.5
+            else:
+                expected = 0.5 * (distance[before] - distance[after]) + (after == env.goal)
+            assert r == pytest.approx(expected)
+            if term or trunc:
+                break
+    assert slipped >= 10
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), "0.5", True])
