@@ -13,6 +13,7 @@ and a step into a hole costs c.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,18 @@ SYMBOLS = {
 _MAX_MAP_ATTEMPTS = 1000
 
 
+def _frozen_neighbours(
+    grid: np.ndarray, cell: tuple[int, int]
+) -> Iterator[tuple[str, tuple[int, int]]]:
+    """(move, tile) for each move from ``cell`` that stays on the lake and off the holes
+    (``grid``: True = hole), in the order of MOVES."""
+    n_rows, n_cols = grid.shape
+    for move, (dr, dc) in MOVES.items():
+        r, c = cell[0] + dr, cell[1] + dc
+        if 0 <= r < n_rows and 0 <= c < n_cols and not grid[r, c]:
+            yield move, (r, c)
+
+
 def shortest_path(
     grid: np.ndarray, start: tuple[int, int], goal: tuple[int, int]
 ) -> list[str] | None:
@@ -46,7 +59,6 @@ def shortest_path(
     ``grid`` holds True for holes. Ignores slipperiness (it is the path an agent
     on a non-slippery lake would take).
     """
-    n_rows, n_cols = grid.shape
     parent: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
     queue = deque([start])
     while queue:
@@ -57,26 +69,23 @@ def shortest_path(
                 cell, move = parent[cell]  # type: ignore[misc]
                 path.append(move)
             return path[::-1]
-        for move, (dr, dc) in MOVES.items():
-            r, c = cell[0] + dr, cell[1] + dc
-            if 0 <= r < n_rows and 0 <= c < n_cols and not grid[r, c] and (r, c) not in parent:
-                parent[(r, c)] = (cell, move)
-                queue.append((r, c))
+        for move, tile in _frozen_neighbours(grid, cell):
+            if tile not in parent:
+                parent[tile] = (cell, move)
+                queue.append(tile)
     return None
 
 
 def goal_distances(grid: np.ndarray, goal: tuple[int, int]) -> dict[tuple[int, int], int]:
     """Moves from each non-hole tile that can reach ``goal`` to it (``grid``: True = hole)."""
-    n_rows, n_cols = grid.shape
     distance = {goal: 0}
     queue = deque([goal])
     while queue:
         cell = queue.popleft()
-        for dr, dc in MOVES.values():
-            r, c = cell[0] + dr, cell[1] + dc
-            if 0 <= r < n_rows and 0 <= c < n_cols and not grid[r, c] and (r, c) not in distance:
-                distance[(r, c)] = distance[cell] + 1
-                queue.append((r, c))
+        for _, tile in _frozen_neighbours(grid, cell):
+            if tile not in distance:
+                distance[tile] = distance[cell] + 1
+                queue.append(tile)
     return distance
 
 
