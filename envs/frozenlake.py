@@ -7,7 +7,8 @@ goes in the intended direction with probability 1/3 and in each perpendicular
 direction with 1/3. Reward 1 at the goal, 0 otherwise; a hole ends the episode.
 With ``distance_shaping`` c > 0 (off by default), a move is also paid c times
 the drop of the walking distance to the goal (shortest path round the holes),
-and a step into a hole costs c.
+and a step into a hole costs c. ``reset(options={"slip_rate": r})`` plays one
+episode at slip rate r (a curriculum's way to start on a calmer lake).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ PERPENDICULAR = {
     "Right": ("Up", "Down"),
 }
 FROZEN, HOLE = "_", "O"
+#: What ``reset(options=...)`` accepts: the slip rate of this episode.
+RESET_OPTIONS = ("slip_rate",)
 SYMBOLS = {
     "player": "P",
     "frozen": FROZEN,
@@ -87,6 +90,13 @@ def goal_distances(grid: np.ndarray, goal: tuple[int, int]) -> dict[tuple[int, i
                 distance[tile] = distance[cell] + 1
                 queue.append(tile)
     return distance
+
+
+def _check_slip_rate(value: Any, name: str) -> float:
+    """``value`` as a float if it is a number in [0, 1); ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    return float(value)
 
 
 def generate_lake(
@@ -152,10 +162,8 @@ class FrozenLakeEnv(TextEnv):
             raise ValueError(f"p_frozen must be in (0, 1], got {p_frozen!r}")
         self.size = size
         self.p_frozen = float(p_frozen)
-        if slip_rate is not None and not (
-            isinstance(slip_rate, int | float) and 0.0 <= float(slip_rate) < 1.0
-        ):
-            raise ValueError(f"slip_rate must be null or a number in [0, 1), got {slip_rate!r}")
+        if slip_rate is not None:
+            _check_slip_rate(slip_rate, "slip_rate")
         # With slip_rate unset the draw is the classic one (one of three directions),
         # so runs made before the option existed replay exactly.
         self._three_way_slip = slip_rate is None and bool(is_slippery)
@@ -166,6 +174,7 @@ class FrozenLakeEnv(TextEnv):
         self.holes = np.zeros((size, size), dtype=bool)
         self.start = self.goal = self.player = (0, 0)
         self._moves_this_turn: list[tuple[str, str]] = []
+        self._episode_slip_rate: float | None = None  # a reset option's, for one episode
 
     @property
     def action_names(self) -> tuple[str, ...]:
@@ -176,17 +185,35 @@ class FrozenLakeEnv(TextEnv):
         self.player = self.start
         self._moves_this_turn = []
 
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """``options={"slip_rate": r}`` (r in [0, 1)) plays this episode at slip rate r
+        instead of the env's own; the next reset without it is back to the env's."""
+        options = options or {}
+        unknown = sorted(set(options) - set(RESET_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"unknown reset options {unknown}; FrozenLakeEnv accepts {list(RESET_OPTIONS)}"
+            )
+        rate = options.get("slip_rate")
+        self._episode_slip_rate = (
+            None if rate is None else _check_slip_rate(rate, "reset option slip_rate")
+        )
+        return super().reset(seed=seed, options=options)
+
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._moves_this_turn = []
         return super().step(action)
 
     def _execute(self, action: str) -> tuple[float, bool, bool]:
         direction = action
-        if self._three_way_slip:
+        rate = self.slip_rate if self._episode_slip_rate is None else self._episode_slip_rate
+        if self._three_way_slip and self._episode_slip_rate is None:
             # One draw picks intended / first / second perpendicular with 1/3 each.
             pick = int(self.np_random.integers(3))
             direction = (action, *PERPENDICULAR[action])[pick]
-        elif self.slip_rate > 0 and self.np_random.random() < self.slip_rate:
+        elif rate > 0 and self.np_random.random() < rate:
             direction = PERPENDICULAR[action][int(self.np_random.integers(2))]
         self._moves_this_turn.append((action, direction))
         dr, dc = MOVES[direction]

@@ -42,9 +42,12 @@ def test_hole_fraction_matches_p_frozen():
     assert 0.15 < float(np.mean(holes)) < 0.2
 
 
-def _slip_counts(env: FrozenLakeEnv, moves: int) -> tuple[dict[str, int], int]:
-    """How often ``moves`` random moves went the intended way or to either side."""
-    env.reset(seed=123)
+def _slip_counts(
+    env: FrozenLakeEnv, moves: int, options: dict | None = None
+) -> tuple[dict[str, int], int]:
+    """How often ``moves`` random moves went the intended way or to either side
+    (every episode reset with ``options``)."""
+    env.reset(seed=123, options=options)
     counts = {"intended": 0, "first": 0, "second": 0}
     n = 0
     rng = np.random.default_rng(7)
@@ -60,7 +63,7 @@ def _slip_counts(env: FrozenLakeEnv, moves: int) -> tuple[dict[str, int], int]:
             counts[key] += 1
             n += 1
         if term or trunc:
-            env.reset(seed=n)
+            env.reset(seed=n, options=options)
     return counts, n
 
 
@@ -86,6 +89,35 @@ def test_slip_rate_sets_the_share_of_perpendicular_moves(rate):
 def test_slip_rate_outside_zero_one_is_refused(bad):
     with pytest.raises(ValueError, match="slip_rate"):
         FrozenLakeEnv(slip_rate=bad)
+
+
+@pytest.mark.parametrize("rate", [0.0, 1 / 3])
+def test_the_slip_rate_reset_option_holds_for_its_episodes_only(rate):
+    env = FrozenLakeEnv(size=4, p_frozen=1.0, action_budget=10**9)  # the classic 2/3 lake
+    counts, n = _slip_counts(env, 12_000, options={"slip_rate": rate})
+    assert abs(counts["intended"] / n - (1 - rate)) < 0.015, counts
+    assert abs(counts["first"] / n - counts["second"] / n) < 0.015, counts
+    # A reset without the option is back to the env's own slips, a third each way.
+    counts, n = _slip_counts(env, 12_000)
+    assert all(abs(c / n - 1 / 3) < 0.015 for c in counts.values()), counts
+    # The option changes the slips only: the same seed draws the same map.
+    plain = FrozenLakeEnv(size=4, p_frozen=1.0)
+    assert env.reset(seed=9, options={"slip_rate": rate})[0] == plain.reset(seed=9)[0]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"slip_rate": 1.0}, "reset option slip_rate must be a number in"),
+        ({"slip_rate": -0.5}, "reset option slip_rate"),
+        ({"slip_rate": "calm"}, "reset option slip_rate"),
+        ({"slip_rate": True}, "reset option slip_rate"),
+        ({"slip": 0.0}, r"unknown reset options \['slip'\]; FrozenLakeEnv accepts \['slip_rate'\]"),
+    ],
+)
+def test_bad_reset_options_are_refused(options, match):
+    with pytest.raises(ValueError, match=match):
+        FrozenLakeEnv().reset(seed=0, options=options)
 
 
 def test_non_slippery_moves_go_where_asked():

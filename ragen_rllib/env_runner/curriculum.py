@@ -8,7 +8,8 @@ evaluation suites) always reset without options, so they measure the env's
 own distribution. The stage of a batch is that of the sample call that drew
 it, which the algorithm checkpoints, so a resumed run is in the same stage.
 
-What the options mean is the env's: ``SokobanEnv`` takes ``max_solution_length``
+What the options mean is the env's (``FrozenLakeEnv`` takes ``slip_rate``, the
+episode's slip rate). ``SokobanEnv`` takes ``max_solution_length``
 and ``min_solution_length`` (the planner's shortest solution, in moves), so a
 schedule such as
 
