@@ -176,6 +176,18 @@ def test_a_seed_run_twice_counts_once_as_a_seed(tmp_path):
     assert row == "| all trials | 2 (3 trials) | 0.100 +- 0.100 | 0.500 +- 0.000 |"
 
 
+def test_trials_of_two_sweeps_with_the_same_setting_are_one_setting(tmp_path):
+    """Tune writes an unserialisable value as its repr, whose address differs between
+    processes: two sweeps' trials of one setting must still be grouped together."""
+    for n, (seed, address) in enumerate(((0, "0x7f2fe1daed40"), (1, "0x7fcaebeced40"))):
+        folder = tmp_path / "exp" / f"StarPO_x_{n}_2026-11-25_00-00-00"
+        fn = f"<function AlgorithmConfig.DEFAULT_POLICY_MAPPING_FN at {address}>"
+        _seed_trial(folder, {"lr": 1e-4, "seed": seed, "policy_mapping_fn": fn}, {20: n}, 0.5)
+    assert main(["report", str(tmp_path / "exp")]) == 0
+    rows = (tmp_path / "exp" / "report" / "seeds.md").read_text().splitlines()
+    assert rows[2] == "| all trials | 2 | 0.500 +- 0.707 | 0.500 +- 0.000 |"
+
+
 def test_report_of_a_sweep_without_a_seed_axis_writes_no_seed_table(tmp_path):
     for i, lr in enumerate((1e-4, 3e-4)):
         make_trial(tmp_path / "exp" / f"StarPO_x_{i}_2026-11-25_00-00-00", lr)

@@ -51,6 +51,9 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 ITERATION = "training_iteration"
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # in a repr such as <function f at 0x7f...>
+
+
 def find_trials(run_dir: Path) -> list[Path]:
     """The trial folders (those with a ``result.json``) at or under ``run_dir``."""
     if not run_dir.is_dir():
@@ -118,11 +121,26 @@ def expand(path: str, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def read_params(trial: Path) -> dict[str, Any]:
-    """A trial's ``params.json`` ({} when it is missing or unreadable)."""
+    """A trial's ``params.json`` ({} when it is missing or unreadable).
+
+    Tune writes a value it cannot serialise as its repr, e.g. RLlib's default
+    ``policy_mapping_fn`` as ``"<function ... at 0x7f...>"``. The address differs
+    from one process to the next, so it is cut out: trials of two sweeps with the
+    same settings then compare equal."""
     try:
-        return json.loads((trial / "params.json").read_text())
+        return _without_addresses(json.loads((trial / "params.json").read_text()))
     except (OSError, json.JSONDecodeError):
         return {}
+
+
+def _without_addresses(value: Any) -> Any:
+    if isinstance(value, str):
+        return _ADDRESS.sub("", value)
+    if isinstance(value, dict):
+        return {k: _without_addresses(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_addresses(v) for v in value]
+    return value
 
 
 def trial_labels(trials: list[Path], params: list[dict[str, Any]]) -> list[str]:
