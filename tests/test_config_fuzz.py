@@ -207,6 +207,10 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         if isinstance(v, str):
             return v in BUILTIN_SUITES
         return None if isinstance(v, dict) and v else False
+    if key == "curriculum":  # null or stages; whether the env takes the options is the env's
+        if v is None:
+            return True
+        return None if isinstance(v, list) and v and all(isinstance(s, dict) for s in v) else False
     raise AssertionError(key)
 
 
@@ -253,6 +257,7 @@ def valid_sample(key: str, rng: random.Random) -> Any:
         "env_mix": rng.choice(
             [None, [{"env": ENV_IDS[0], "groups": 2}, {"env": ENV_IDS[1], "groups": 2}]]
         ),
+        "curriculum": rng.choice([None, [{"from_iteration": 0, "reset_options": {}}]]),
     }[key]
 
 
