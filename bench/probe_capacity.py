@@ -93,8 +93,7 @@ import numpy as np
 import torch
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.frozenlake import MOVES as LAKE_MOVES
-from ragen_envs.frozenlake import shortest_path
+from ragen_envs.frozenlake import frozen_neighbours, shortest_path
 from ragen_envs.sokoban import MOVES as SOKO_MOVES
 from ragen_envs.sokoban import SokobanState
 from ragen_envs.sokoban_solver import solve
@@ -119,12 +118,10 @@ def plan_lake(env, optimal: bool) -> tuple[str, set[str]]:
     if not optimal:
         return path[0], set()
     best = set()
-    for move, (dr, dc) in LAKE_MOVES.items():
-        r, c = env.player[0] + dr, env.player[1] + dc
-        if 0 <= r < env.size and 0 <= c < env.size and not env.holes[r, c]:
-            rest = shortest_path(env.holes, (r, c), env.goal)
-            if rest is not None and len(rest) == len(path) - 1:
-                best.add(move)
+    for move, tile in frozen_neighbours(env.holes, env.player):
+        rest = shortest_path(env.holes, tile, env.goal)
+        if rest is not None and len(rest) == len(path) - 1:
+            best.add(move)
     return path[0], best
 
 
@@ -201,12 +198,7 @@ def random_walk(env, obs: str, info: dict, rng: np.random.Generator, steps: int,
     reach the goal. Returns (observation, info, previous reward or None, turn)."""
     reward, turn = None, 1
     for _ in range(steps):
-        safe = []
-        for move, (dr, dc) in LAKE_MOVES.items():
-            r, c = env.player[0] + dr, env.player[1] + dc
-            inside = 0 <= r < env.size and 0 <= c < env.size
-            if inside and not env.holes[r, c] and (r, c) != env.goal:
-                safe.append(move)
+        safe = [m for m, tile in frozen_neighbours(env.holes, env.player) if tile != env.goal]
         if not safe:
             break
         obs, reward, _, _, info = env.step(answer_text(safe[int(rng.integers(len(safe)))], think))
@@ -293,8 +285,7 @@ def play(model, envs, render, move_ids, pad_id, temperature, think, seed) -> flo
             picks = logits.argmax(-1).tolist()
         for k, j in zip(live, picks, strict=True):
             obs, reward, terminated, truncated, info = envs[k].step(answer_text(MOVES[j], think))
-            done = terminated or truncated or info["actions_left"] <= 0
-            state[k] = [obs, info, reward, state[k][3] + 1, done]
+            state[k] = [obs, info, reward, state[k][3] + 1, terminated or truncated]
     model.train()
     return sum(bool(env.player == env.goal) for env in envs) / len(envs)
 

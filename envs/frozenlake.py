@@ -42,7 +42,7 @@ SYMBOLS = {
 _MAX_MAP_ATTEMPTS = 1000
 
 
-def _frozen_neighbours(
+def frozen_neighbours(
     grid: np.ndarray, cell: tuple[int, int]
 ) -> Iterator[tuple[str, tuple[int, int]]]:
     """(move, tile) for each move from ``cell`` that stays on the lake and off the holes
@@ -72,7 +72,7 @@ def shortest_path(
                 cell, move = parent[cell]  # type: ignore[misc]
                 path.append(move)
             return path[::-1]
-        for move, tile in _frozen_neighbours(grid, cell):
+        for move, tile in frozen_neighbours(grid, cell):
             if tile not in parent:
                 parent[tile] = (cell, move)
                 queue.append(tile)
@@ -85,7 +85,7 @@ def goal_distances(grid: np.ndarray, goal: tuple[int, int]) -> dict[tuple[int, i
     queue = deque([goal])
     while queue:
         cell = queue.popleft()
-        for _, tile in _frozen_neighbours(grid, cell):
+        for _, tile in frozen_neighbours(grid, cell):
             if tile not in distance:
                 distance[tile] = distance[cell] + 1
                 queue.append(tile)
@@ -174,7 +174,9 @@ class FrozenLakeEnv(TextEnv):
         self.holes = np.zeros((size, size), dtype=bool)
         self.start = self.goal = self.player = (0, 0)
         self._moves_this_turn: list[tuple[str, str]] = []
-        self._episode_slip_rate: float | None = None  # a reset option's, for one episode
+        # (classic three-way draw?, slip rate) of this episode: the env's own, or the
+        # reset option's for one episode.
+        self._episode_slip = (self._three_way_slip, self.slip_rate)
 
     @property
     def action_names(self) -> tuple[str, ...]:
@@ -197,8 +199,10 @@ class FrozenLakeEnv(TextEnv):
                 f"unknown reset options {unknown}; FrozenLakeEnv accepts {list(RESET_OPTIONS)}"
             )
         rate = options.get("slip_rate")
-        self._episode_slip_rate = (
-            None if rate is None else _check_slip_rate(rate, "reset option slip_rate")
+        self._episode_slip = (
+            (self._three_way_slip, self.slip_rate)
+            if rate is None
+            else (False, _check_slip_rate(rate, "reset option slip_rate"))
         )
         return super().reset(seed=seed, options=options)
 
@@ -208,8 +212,8 @@ class FrozenLakeEnv(TextEnv):
 
     def _execute(self, action: str) -> tuple[float, bool, bool]:
         direction = action
-        rate = self.slip_rate if self._episode_slip_rate is None else self._episode_slip_rate
-        if self._three_way_slip and self._episode_slip_rate is None:
+        three_way, rate = self._episode_slip
+        if three_way:
             # One draw picks intended / first / second perpendicular with 1/3 each.
             pick = int(self.np_random.integers(3))
             direction = (action, *PERPENDICULAR[action])[pick]
