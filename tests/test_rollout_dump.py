@@ -19,6 +19,7 @@ from ragen_rllib.algorithms.starpo.rollout_dump import (
     SCHEMA,
     SCHEMA_KEY,
     SCHEMA_VERSION,
+    dump_due,
     read_rollouts,
     write_atomic,
 )
@@ -187,3 +188,23 @@ def test_a_killed_writer_leaves_only_whole_files(tmp_path):
     # Every visible file is complete; readers skip the hidden temporary file.
     assert read_rollouts(folder).num_rows == 20000 * len(whole)
     assert len(pd.read_parquet(folder)) == 20000 * len(whole)
+
+
+@pytest.mark.parametrize("online_k", [1, 2, 3, 5, 7, 10])
+@pytest.mark.parametrize("interval", [1, 3, 10])
+def test_reused_batches_are_dumped_once_per_interval(interval, online_k):
+    # A batch is sampled every online_k iterations and serves that many; the one
+    # serving each multiple of the interval is dumped, and no other.
+    sampled_at = range(1, 200, online_k)
+    dumped = [i for i in sampled_at if dump_due(i, interval, online_k)]
+    served = {i: range(i, i + online_k) for i in sampled_at}
+    multiples = range(interval, sampled_at[-1] + online_k, interval)  # all served
+    assert dumped == sorted({i for i in sampled_at for m in multiples if m in served[i]})
+    assert dumped and all(any(m in served[i] for i in dumped) for m in multiples)
+    assert not dump_due(5, 0, online_k)  # interval 0: off
+
+
+def test_without_reuse_the_dump_is_every_nth_iteration():
+    assert [i for i in range(1, 31) if dump_due(i, 10)] == [10, 20, 30]
+    # online_k 5, interval 10: the batches sampled at 6, 16, 26 serve 10, 20, 30.
+    assert [i for i in range(1, 31, 5) if dump_due(i, 10, 5)] == [6, 16, 26]

@@ -1,8 +1,10 @@
 """Rollout dumps: the sampled batch as Parquet, one row per turn.
 
-Every ``rollout_dump_interval`` iterations the driver writes the batch it
-sampled (filtered-out groups included, with ``kept`` false) to
-``<trial dir>/rollouts/iter_<iteration>.parquet`` through pyarrow. Each file is
+Every ``rollout_dump_interval`` iterations the driver writes the batch that
+iteration trains on (filtered-out groups included, with ``kept`` false) to
+``<trial dir>/rollouts/iter_<iteration>.parquet`` through pyarrow, the file
+named by the iteration that sampled it (:func:`dump_due`: with ``online_k`` > 1
+a batch is sampled every k iterations only). Each file is
 written under a hidden temporary name and renamed into place, so a killed run
 leaves complete files only, and readers that skip hidden files (pyarrow
 datasets, pandas, DuckDB) never see a partial one::
@@ -186,6 +188,17 @@ def trajectory_text(rows: list[dict[str, Any]]) -> str:
         lines += ["    > " + line for line in (row["response"] or "").splitlines() or [""]]
         lines.append("")
     return "\n".join(lines)
+
+
+def dump_due(iteration: int, interval: int, online_k: int = 1) -> bool:
+    """Whether the batch sampled at ``iteration`` (from 1) is dumped: it serves
+    ``iteration`` .. ``iteration + online_k - 1``, and is dumped when one of
+    those is a multiple of ``interval``. Tested on the sampling iteration alone,
+    ``iteration % interval`` would skip every dump when reuse never lands a
+    sample on a multiple (online_k 5 samples at 1, 6, 11, ...; interval 10)."""
+    if interval < 1:
+        return False
+    return (iteration + online_k - 1) // interval > (iteration - 1) // interval
 
 
 class RolloutDumper:

@@ -57,7 +57,7 @@ from ragen_rllib.algorithms.starpo.buffer import FreshnessBuffer
 from ragen_rllib.algorithms.starpo.checkpoint import verify_checkpoint, write_manifest
 from ragen_rllib.algorithms.starpo.collapse import CollapseWatch, diversity_metrics
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
-from ragen_rllib.algorithms.starpo.rollout_dump import RolloutDumper
+from ragen_rllib.algorithms.starpo.rollout_dump import RolloutDumper, dump_due
 from ragen_rllib.algorithms.starpo.sampling import RunnerFailure, SampleRequest, SamplingMixin
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
@@ -306,7 +306,8 @@ class StarPO(SamplingMixin, Algorithm):
 
     def _maybe_dump(self, sampled: list[Trajectory], kept: list[Trajectory]) -> None:
         iteration = self.training_iteration + 1
-        if self._dumper is None or iteration % self.config.rollout_dump_interval:
+        cfg = self.config
+        if self._dumper is None or not dump_due(iteration, cfg.rollout_dump_interval, cfg.online_k):
             return
         with self.metrics.log_time((TIMERS, "rollout_dump")):
             self._dumper.dump(sampled, kept, iteration, self._policy_version)
