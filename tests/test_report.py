@@ -15,6 +15,7 @@ from conftest import private_env
 
 from ragen_rllib.algorithms.starpo.rollout_dump import SCHEMA, write_atomic
 from ragen_rllib.cli import main
+from ragen_rllib.cli.report_seeds import window_means
 
 PLANTED = '</script><script>document.title="pwned"</script><img src=x onerror="alert(1)">'
 
@@ -186,6 +187,22 @@ def test_trials_of_two_sweeps_with_the_same_setting_are_one_setting(tmp_path):
     assert main(["report", str(tmp_path / "exp")]) == 0
     rows = (tmp_path / "exp" / "report" / "seeds.md").read_text().splitlines()
     assert rows[2] == "| all trials | 2 | 0.500 +- 0.707 | 0.500 +- 0.000 |"
+
+
+def test_training_curve_window_is_in_iterations_so_reuse_runs_start_with_the_rest():
+    """A run that samples every 5th iteration (online_k 5) has 4 values in a 20-iteration
+    window: its curve starts at its first iteration from 20 on (21), as a run that samples
+    every iteration starts at 20, not once 20 values have come (iteration 96); each point
+    is the mean of the values inside (it - 20, it]."""
+    every = {it: float(it) for it in range(1, 41)}
+    fifth = {it: float(it) for it in range(1, 41, 5)}  # 1, 6, 11, ..., 36
+    assert min(window_means(every, 20)) == 20 and min(window_means(fifth, 20)) == 21
+    assert window_means(every, 20)[40] == pytest.approx(sum(range(21, 41)) / 20)
+    assert window_means(fifth, 20) == {
+        21: (6 + 11 + 16 + 21) / 4, 26: (11 + 16 + 21 + 26) / 4,
+        31: (16 + 21 + 26 + 31) / 4, 36: (21 + 26 + 31 + 36) / 4,
+    }  # fmt: skip
+    assert window_means({5: 1.0}, 20) == {} and window_means({}, 20) == {}
 
 
 def test_report_of_a_sweep_without_a_seed_axis_writes_no_seed_table(tmp_path):

@@ -57,6 +57,25 @@ def _stat(values: list[float], of: int) -> str:
     return text if len(values) == of else f"{text} (n={len(values)})"
 
 
+def window_means(series: Series, window: int) -> Series:
+    """{iteration: the mean of the values at the iterations in (iteration - window,
+    iteration]}, at every iteration of ``series`` from ``window`` on. The window is in
+    iterations, not values: a run that samples every k-th iteration (``online_k: k``)
+    averages the window // k values its window holds, and its curve starts where a
+    run that samples every iteration starts."""
+    its = np.array(sorted(series), dtype=np.int64)
+    if not len(its):
+        return {}
+    sums = np.concatenate([[0.0], np.cumsum([series[int(i)] for i in its])])
+    out: Series = {}
+    for j, it in enumerate(its):
+        if it < window:
+            continue
+        first = int(np.searchsorted(its, it - window, side="right"))
+        out[int(it)] = float((sums[j + 1] - sums[first]) / (j + 1 - first))
+    return out
+
+
 def seed_table(
     groups: dict[str, list[int]],
     evals: list[Series],
@@ -97,7 +116,7 @@ def seed_table(
 def plot_seeds(
     groups: dict[str, list[int]], evals: list[Series], trains: list[Series], window: int = 20
 ) -> bytes:
-    """Training success (a running mean over ``window`` iterations) and evaluation success
+    """Training success (:func:`window_means` over ``window`` iterations) and evaluation success
     per setting: the mean over seeds as a line, one std as a band (PNG bytes)."""
     import matplotlib
 
@@ -110,14 +129,13 @@ def plot_seeds(
         colour = colours[g % len(colours)]
         for ax, by_trial, smooth in ((axes[0], trains, True), (axes[1], evals, False)):
             series = [by_trial[i] for i in members if by_trial[i]]  # not a trial without data
+            if smooth:  # a run shorter than the window is drawn as it is
+                smoothed = [window_means(s, window) for s in series]
+                series = smoothed if all(smoothed) else series
             xs = sorted(set.intersection(*(set(s) for s in series))) if series else []
             if not xs:
                 continue
             ys = np.array([[s[x] for x in xs] for s in series])
-            if smooth and len(xs) >= window:
-                kernel = np.ones(window) / window
-                ys = np.array([np.convolve(y, kernel, mode="valid") for y in ys])
-                xs = xs[window - 1 :]
             mean, std = ys.mean(axis=0), ys.std(axis=0, ddof=1) if len(ys) > 1 else 0 * ys[0]
             ax.plot(xs, mean, color=colour, lw=1.4, marker="o" if len(xs) < 12 else None,
                     ms=3, label=f"{label} (n={len(members)})")  # fmt: skip
