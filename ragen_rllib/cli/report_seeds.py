@@ -32,17 +32,26 @@ def seed_groups(params: list[dict[str, Any]]) -> tuple[dict[str, list[int]], lis
     None when the trials have no seed axis (``seed`` takes one value) or no setting has
     two trials. ``params`` holds each trial's ``params.json`` ({} when unreadable); the
     trials without a ``seed`` in it are left out. The label names the config values,
-    other than ``seed``, in which the settings differ."""
+    other than ``seed``, in which the settings differ; for a dict value such as
+    ``env_config``, the entries in which it differs (``env_config.max_actions_per_turn=5``)."""
     used = [i for i, p in enumerate(params) if "seed" in p]
     left_out = [i for i in range(len(params)) if i not in used]
     if len({json.dumps(params[i]["seed"]) for i in used}) < 2:
         return None
     rest = {i: {k: v for k, v in params[i].items() if k != "seed"} for i in used}
     differ = differing_keys(list(rest.values()))
+    # A dict value (env_config) is named by the entries that differ inside it.
+    inner = {k: differing_keys([p[k] for p in rest.values()]) for k in differ
+             if all(isinstance(p.get(k), dict) for p in rest.values())}  # fmt: skip
     groups: dict[str, list[int]] = {}
     for i, p in rest.items():
-        label = ", ".join(f"{k}={json.dumps(p.get(k))}" for k in differ) or "all trials"
-        groups.setdefault(label, []).append(i)
+        parts = []
+        for k in differ:
+            if k in inner:
+                parts += [f"{k}.{sub}={json.dumps(p[k].get(sub))}" for sub in inner[k]]
+            else:
+                parts.append(f"{k}={json.dumps(p.get(k))}")
+        groups.setdefault(", ".join(parts) or "all trials", []).append(i)
     if max(len(v) for v in groups.values()) < 2:
         return None
     return groups, left_out
