@@ -49,8 +49,32 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         values = [float(i[key]) for i in infos if key in i]
         if values:
             out[f"env/{key}"] = float(np.mean(values))
+    out.update(group_outcomes(trajs))
     out.update(ends)
     return out
+
+
+def group_outcomes(trajs: list[Trajectory]) -> dict[str, float]:
+    """Shares of the groups (of two or more trajectories) whose rollouts all
+    succeeded, all failed or were mixed, and whose rollouts wrote the very same
+    answers turn by turn (``groups_same_answers``). Only mixed groups rank
+    success against failure; an all-failed group with the same answers is one
+    the policy fails on deterministically, which no group-relative advantage
+    can reach. {} when no group has two trajectories."""
+    groups: dict[int, list[Trajectory]] = {}
+    for t in trajs:
+        groups.setdefault(t.group, []).append(t)
+    sized = [g for g in groups.values() if len(g) > 1]
+    if not sized:
+        return {}
+    wins = [sum(bool(t.success) for t in g) / len(g) for g in sized]  # share won
+    n = len(sized)
+    return {
+        "groups_all_success": sum(w == 1 for w in wins) / n,
+        "groups_all_fail": sum(w == 0 for w in wins) / n,
+        "groups_mixed": sum(0 < w < 1 for w in wins) / n,
+        "groups_same_answers": sum(len({tuple(t.answers) for t in g}) == 1 for g in sized) / n,
+    }
 
 
 def evaluation_metrics(trajs: list[Trajectory], pass_k: tuple[int, ...]) -> dict[str, float]:
