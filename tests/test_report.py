@@ -190,14 +190,17 @@ def test_trials_of_two_sweeps_with_the_same_setting_are_one_setting(tmp_path):
 
 
 def test_a_setting_that_differs_inside_env_config_is_named_by_that_entry(tmp_path):
-    for n, (moves, seed) in enumerate(((1, 0), (1, 1), (5, 0), (5, 1))):
+    # The trial folders come 5, 10, 1 (two sweeps gathered in one folder); the rows
+    # are in the order of the values, numbers by size (10 after 5, not after 1).
+    for n, (moves, seed) in enumerate(((5, 0), (5, 1), (10, 0), (10, 1), (1, 0), (1, 1))):
         folder = tmp_path / "exp" / f"StarPO_x_{n}_2026-11-25_00-00-00"
         env_config = {"instructions": "compact", "max_actions_per_turn": moves}
-        _seed_trial(folder, {"env_config": env_config, "seed": seed}, {20: 0.1 * moves}, 0.5)
+        _seed_trial(folder, {"env_config": env_config, "seed": seed}, {20: 0.05 * moves}, 0.5)
     assert main(["report", str(tmp_path / "exp")]) == 0
     rows = (tmp_path / "exp" / "report" / "seeds.md").read_text().splitlines()
-    assert rows[2].startswith("| env_config.max_actions_per_turn=1 | 2 | 0.100 +- 0.000 |")
-    assert rows[3].startswith("| env_config.max_actions_per_turn=5 | 2 | 0.500 +- 0.000 |")
+    assert rows[2].startswith("| env_config.max_actions_per_turn=1 | 2 | 0.050 +- 0.000 |")
+    assert rows[3].startswith("| env_config.max_actions_per_turn=5 | 2 | 0.250 +- 0.000 |")
+    assert rows[4].startswith("| env_config.max_actions_per_turn=10 | 2 | 0.500 +- 0.000 |")
 
 
 def test_training_curve_window_is_in_iterations_so_reuse_runs_start_with_the_rest():

@@ -33,7 +33,9 @@ def seed_groups(params: list[dict[str, Any]]) -> tuple[dict[str, list[int]], lis
     two trials. ``params`` holds each trial's ``params.json`` ({} when unreadable); the
     trials without a ``seed`` in it are left out. The label names the config values,
     other than ``seed``, in which the settings differ; for a dict value such as
-    ``env_config``, the entries in which it differs (``env_config.max_actions_per_turn=5``)."""
+    ``env_config``, the entries in which it differs (``env_config.max_actions_per_turn=5``).
+    The settings come in the order of their values (numbers by size), whatever the order
+    of the trials."""
     used = [i for i, p in enumerate(params) if "seed" in p]
     left_out = [i for i in range(len(params)) if i not in used]
     if len({json.dumps(params[i]["seed"]) for i in used}) < 2:
@@ -44,17 +46,27 @@ def seed_groups(params: list[dict[str, Any]]) -> tuple[dict[str, list[int]], lis
     inner = {k: differing_keys([p[k] for p in rest.values()]) for k in differ
              if all(isinstance(p.get(k), dict) for p in rest.values())}  # fmt: skip
     groups: dict[str, list[int]] = {}
+    order: dict[str, tuple] = {}
     for i, p in rest.items():
-        parts = []
+        named = []  # (name, value) of each differing entry
         for k in differ:
             if k in inner:
-                parts += [f"{k}.{sub}={json.dumps(p[k].get(sub))}" for sub in inner[k]]
+                named += [(f"{k}.{sub}", p[k].get(sub)) for sub in inner[k]]
             else:
-                parts.append(f"{k}={json.dumps(p.get(k))}")
-        groups.setdefault(", ".join(parts) or "all trials", []).append(i)
+                named.append((k, p.get(k)))
+        label = ", ".join(f"{name}={json.dumps(value)}" for name, value in named)
+        groups.setdefault(label or "all trials", []).append(i)
+        order[label or "all trials"] = tuple(_sort_key(value) for _, value in named)
     if max(len(v) for v in groups.values()) < 2:
         return None
-    return groups, left_out
+    return {label: groups[label] for label in sorted(groups, key=order.__getitem__)}, left_out
+
+
+def _sort_key(value: Any) -> tuple:
+    """Numbers by size, before anything else in its JSON text."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, json.dumps(value, sort_keys=True))
 
 
 def _stat(values: list[float], of: int) -> str:
