@@ -54,9 +54,9 @@ def seed_groups(params: list[dict[str, Any]]) -> tuple[dict[str, list[int]], lis
                 named += [(f"{k}.{sub}", p[k].get(sub)) for sub in inner[k]]
             else:
                 named.append((k, p.get(k)))
-        label = ", ".join(f"{name}={json.dumps(value)}" for name, value in named)
-        groups.setdefault(label or "all trials", []).append(i)
-        order[label or "all trials"] = tuple(_sort_key(value) for _, value in named)
+        label = ", ".join(f"{name}={json.dumps(value)}" for name, value in named) or "all trials"
+        groups.setdefault(label, []).append(i)
+        order[label] = tuple(_sort_key(value) for _, value in named)
     if max(len(v) for v in groups.values()) < 2:
         return None
     return {label: groups[label] for label in sorted(groups, key=order.__getitem__)}, left_out

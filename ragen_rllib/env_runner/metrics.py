@@ -10,6 +10,7 @@ algorithm for every training batch (under ``rollout/``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -61,10 +62,7 @@ def group_outcomes(trajs: list[Trajectory]) -> dict[str, float]:
     success against failure; an all-failed group with the same answers is one
     the policy fails on deterministically, which no group-relative advantage
     can reach. {} when no group has two trajectories."""
-    groups: dict[int, list[Trajectory]] = {}
-    for t in trajs:
-        groups.setdefault(t.group, []).append(t)
-    sized = [g for g in groups.values() if len(g) > 1]
+    sized = [g for g in split_by(trajs, lambda t: t.group).values() if len(g) > 1]
     if not sized:
         return {}
     wins = [sum(bool(t.success) for t in g) / len(g) for g in sized]  # share won
@@ -84,22 +82,28 @@ def evaluation_metrics(trajs: list[Trajectory], pass_k: tuple[int, ...]) -> dict
     ``format_valid_rate``, the share of turns whose answer had the required format
     (for envs that report ``format_ok``)."""
     out = rollout_metrics(trajs)
-    by_state: dict[int, list[bool]] = {}
-    for t in trajs:
-        by_state.setdefault(t.group, []).append(bool(t.success) and t.end_reason != "env_error")
+    wins = [
+        [bool(t.success) and t.end_reason != "env_error" for t in state]
+        for state in split_by(trajs, lambda t: t.group).values()
+    ]
     for k in pass_k:
-        out[f"pass@{k}"] = mean_pass_at_k(list(by_state.values()), k)
+        out[f"pass@{k}"] = mean_pass_at_k(wins, k)
     if "env/format_ok" in out:
         out["format_valid_rate"] = out["env/format_ok"]
     return out
 
 
+def split_by(trajs: list[Trajectory], key: Callable[[Trajectory], Hashable]) -> dict:
+    """{key: its trajectories}, in the order the keys first appear."""
+    out: dict[Hashable, list[Trajectory]] = {}
+    for t in trajs:
+        out.setdefault(key(t), []).append(t)
+    return out
+
+
 def by_env(trajs: list[Trajectory]) -> dict[str, list[Trajectory]]:
     """A mixture's batch split by env (in the order the envs first appear)."""
-    out: dict[str, list[Trajectory]] = {}
-    for t in trajs:
-        out.setdefault(env_name(t), []).append(t)
-    return out
+    return split_by(trajs, env_name)
 
 
 def mean_over_envs(per_env: dict[str, dict[str, float]]) -> dict[str, float]:
