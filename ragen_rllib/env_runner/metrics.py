@@ -59,8 +59,8 @@ def group_outcomes(trajs: list[Trajectory]) -> dict[str, float]:
     """Shares of the groups (of two or more trajectories) whose rollouts all
     succeeded, all failed or were mixed, and whose rollouts wrote the very same
     answers turn by turn (``groups_same_answers``). Only mixed groups rank
-    success against failure; an all-failed group with the same answers is one
-    the policy fails on deterministically, which no group-relative advantage
+    success against failure; an all-failed group with the same answers is, on a
+    deterministic env, one the policy fails on deterministically, which no group-relative advantage
     can reach. {} when no group has two trajectories."""
     sized = [g for g in split_by(trajs, lambda t: t.group).values() if len(g) > 1]
     if not sized:
