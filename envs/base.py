@@ -32,7 +32,7 @@ def grid_coordinates(grid: str, symbols: str) -> str:
     ``"<symbol> <row>,<column> ..."`` entry per symbol present, 0-based and row-major,
     the entries in the order of ``symbols``, joined by ``"; "``.
 
-    >>> grid_coordinates("P_O\n__G", "PGO")
+    >>> grid_coordinates("P_O\\n__G", "PGO")
     'P 0,0; G 1,2; O 0,2'
     """
     rows = grid.split("\n")
@@ -43,6 +43,39 @@ def grid_coordinates(grid: str, symbols: str) -> str:
         ]
         if cells:
             entries.append(f"{symbol} {' '.join(cells)}")
+    return "; ".join(entries)
+
+
+#: What the ``neighbours`` line writes for a step that would leave the grid.
+OUTSIDE = "#"
+
+
+def grid_neighbours(grid: str, player_symbols: str, moves: dict[str, tuple[int, int]]) -> str:
+    """What lies one step from the player in the text ``grid`` (one row per line), for
+    each move: ``"<move> <symbol>"`` entries in the order of ``moves``, joined by
+    ``"; "``; a step off the grid reads :data:`OUTSIDE`. The player is the first cell
+    holding one of ``player_symbols``; with none, the line is empty.
+
+    >>> grid_neighbours("P_O\\n__G", "P", {"Up": (-1, 0), "Down": (1, 0), "Right": (0, 1)})
+    'Up #; Down _; Right _'
+    """
+    rows = grid.split("\n")
+    where = next(
+        (
+            (r, c)
+            for r, row in enumerate(rows)
+            for c, cell in enumerate(row)
+            if cell in player_symbols
+        ),
+        None,
+    )
+    if where is None:
+        return ""
+    entries = []
+    for move, (dr, dc) in moves.items():
+        r, c = where[0] + dr, where[1] + dc
+        inside = 0 <= r < len(rows) and 0 <= c < len(rows[r])
+        entries.append(f"{move} {rows[r][c] if inside else OUTSIDE}")
     return "; ".join(entries)
 
 
@@ -85,6 +118,11 @@ class TextEnv(gym.Env):
             where the landmark symbols stand (:func:`grid_coordinates`), e.g.
             ``"P 1,0; G 2,3; O 0,2 1,3"`` (0-based row,column). The grid stays; the
             line spares a small model the counting along rows and columns.
+        neighbours: grid envs only: append to every observation a line that says
+            what lies one move away in each direction (:func:`grid_neighbours`),
+            e.g. ``"Up #; Down O; Left _; Right G"`` (``#``: off the grid or a
+            wall). The grid stays; the line spares a small model finding the
+            player's neighbours, which is what a step into a hole comes from.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -94,6 +132,10 @@ class TextEnv(gym.Env):
     obs_max_length: int = 1024
     #: Grid envs: the symbols the ``coordinates`` line lists, in its order.
     landmark_symbols: str = ""
+    #: Grid envs: the symbols that mark the player (the ``neighbours`` line's origin).
+    player_symbols: str = ""
+    #: Grid envs: each move's (row, column) step, in the ``neighbours`` line's order.
+    move_offsets: dict[str, tuple[int, int]] = {}
     #: True where observations carry open-ended text from data (questions, passages)
     #: rather than the env's own fixed wording; a vocabulary built from the env's
     #: texts should take only its instructions, not every such word (the built-in
@@ -113,6 +155,7 @@ class TextEnv(gym.Env):
         render_mode: str | None = None,
         instructions: str = "full",
         coordinates: bool = False,
+        neighbours: bool = False,
     ) -> None:
         if not isinstance(action_budget, int) or action_budget < 1:
             raise ValueError(f"action_budget must be an int >= 1, got {action_budget!r}")
@@ -130,12 +173,24 @@ class TextEnv(gym.Env):
             raise ValueError(
                 f"coordinates=True needs a grid env; {type(self).__name__} draws no grid"
             )
+        if not isinstance(neighbours, bool):
+            raise ValueError(f"neighbours must be true or false, got {neighbours!r}")
+        if neighbours and not self.move_offsets:
+            raise ValueError(
+                f"neighbours=True needs a grid env; {type(self).__name__} draws no grid"
+            )
         self.instructions_style = instructions
         self.coordinates = coordinates
+        self.neighbours = neighbours
         charset, max_length = self.obs_charset, self.obs_max_length
+        grid_length = max_length
         if coordinates:
             charset = "".join(sorted(set(charset) | set(string.digits + ",; ")))
-            max_length += 1 + coordinates_max_length(max_length, self.landmark_symbols)
+            max_length += 1 + coordinates_max_length(grid_length, self.landmark_symbols)
+        if neighbours:
+            letters = "".join(self.move_offsets) + OUTSIDE + "; "
+            charset = "".join(sorted(set(charset) | set(letters)))
+            max_length += 1 + sum(len(move) + 4 for move in self.move_offsets)
         self.action_budget = action_budget
         self.max_turns = max_turns
         self.format_penalty = float(format_penalty)
@@ -249,10 +304,13 @@ class TextEnv(gym.Env):
         return self._observe() if self.render_mode == "ansi" else None
 
     def _observe(self) -> str:
-        """The observation: the drawn state, plus the coordinates line when asked for."""
-        text = self._render_text()
+        """The observation: the drawn state, plus the coordinates and neighbours
+        lines when asked for."""
+        grid = text = self._render_text()
         if self.coordinates:
-            text += "\n" + grid_coordinates(text, self.landmark_symbols)
+            text += "\n" + grid_coordinates(grid, self.landmark_symbols)
+        if self.neighbours:
+            text += "\n" + grid_neighbours(grid, self.player_symbols, self.move_offsets)
         return text
 
     def _turn_info(

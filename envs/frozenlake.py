@@ -136,7 +136,7 @@ class FrozenLakeEnv(TextEnv):
             same total from it, c times the start's distance, whatever its path.
         **kwargs: passed to :class:`TextEnv` (max_actions_per_turn, format_penalty,
             instructions, coordinates: a line with the positions of you, the goal and
-            the holes, ...).
+            the holes, neighbours: a line with what lies one move away, ...).
     """
 
     obs_charset = "".join(sorted(set(SYMBOLS.values()) | {"\n"}))
@@ -144,6 +144,10 @@ class FrozenLakeEnv(TextEnv):
     landmark_symbols = "".join(
         SYMBOLS[role] for role in ("player", "player_in_hole", "player_on_goal", "goal", "hole")
     )
+    player_symbols = "".join(
+        SYMBOLS[role] for role in ("player", "player_in_hole", "player_on_goal")
+    )
+    move_offsets = MOVES
 
     def __init__(
         self,

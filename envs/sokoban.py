@@ -159,7 +159,8 @@ class SokobanEnv(TextEnv):
             are spent (like ``action_budget``, whichever is smaller applies).
         vocab: ``"standard"`` or ``"new"`` symbol set for observations.
         coordinates: append a line with the positions of you, the boxes and the
-            targets (see :class:`TextEnv`).
+            targets (see :class:`TextEnv`); neighbours: a line with what lies one
+            move away (a wall, a box, floor, a target).
         action_budget: actions per trajectory (paper: 10).
         distance_shaping: c >= 0; each push adds c times the drop of the pushed
             box's Manhattan distance to its nearest target (0: the paper's
@@ -205,6 +206,10 @@ class SokobanEnv(TextEnv):
         # The coordinates line: you, the boxes, then the targets still free.
         roles = ("player", "player_on_target", "box", "box_on_target", "target")
         self.landmark_symbols = "".join(VOCABS[vocab][role] for role in roles)
+        self.player_symbols = "".join(
+            VOCABS[vocab][role] for role in ("player", "player_on_target")
+        )
+        self.move_offsets = MOVES
         rows, cols = self.dim_room
         self.obs_max_length = rows * (cols + 1) - 1
         super().__init__(action_budget=action_budget, **kwargs)

@@ -6,6 +6,8 @@ checks that concern an action vocabulary run on the ids that have one."""
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -185,3 +187,55 @@ def test_coordinates_line_names_every_landmark_of_the_grid(env_id):
                 break
     with pytest.raises(ValueError, match="coordinates must be true or false"):
         gym.make(env_id, coordinates="yes")
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_neighbours_line_says_what_each_move_runs_into(env_id):
+    """Checked by playing each move on a copy: the edge or a wall never moves you, a
+    hole ends the episode in failure, the goal in success, and a free tile moves you."""
+    plain = gym.make(env_id).unwrapped
+    if not plain.move_offsets:  # no grid, no line
+        with pytest.raises(ValueError, match="neighbours=True needs a grid env"):
+            gym.make(env_id, neighbours=True)
+        return
+    # No slips, so that a copy's step is the move the line describes.
+    no_slip = {"slip_rate": 0.0} if isinstance(plain, ragen_envs.FrozenLakeEnv) else {}
+    env = gym.make(env_id, neighbours=True, coordinates=True, **no_slip).unwrapped
+    free, blocked = set("_."), set("#%")  # ice or floor; the edge or a wall (both vocabs)
+    seen = set()
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        obs, _ = env.reset(seed=seed)
+        for _ in range(4):
+            assert env.observation_space.contains(obs), obs
+            line = obs.split("\n")[-1]
+            entries = dict(entry.split(" ") for entry in line.split("; "))
+            assert list(entries) == list(env.move_offsets)
+            for move, symbol in entries.items():
+                seen.add(symbol)
+                trial = copy.deepcopy(env)
+                _, _, term, _, info = trial.step(f"<think>x</think><answer>{move}</answer>")
+                if symbol in blocked:
+                    assert not info["action_is_effective"], (obs, move)
+                elif symbol in free:
+                    assert info["action_is_effective"] and not term, (obs, move)
+                elif symbol == "O" and isinstance(env, ragen_envs.FrozenLakeEnv):
+                    assert term and not info["success"], (obs, move)
+                elif symbol == "G":
+                    assert term and info["success"], (obs, move)
+            action = env.action_names[int(rng.integers(len(env.action_names)))]
+            obs, _, term, trunc, _ = env.step(f"<think>x</think><answer>{action}</answer>")
+            if term or trunc:
+                break
+    assert seen & blocked and seen & free, seen  # the checks above did run
+    with pytest.raises(ValueError, match="neighbours must be true or false"):
+        gym.make(env_id, neighbours=1)
+
+
+def test_the_grid_line_examples_in_the_docstrings_hold():
+    import doctest
+
+    import ragen_envs.base
+
+    result = doctest.testmod(ragen_envs.base)
+    assert result.attempted >= 2 and result.failed == 0, result
