@@ -46,14 +46,12 @@ def grid_coordinates(grid: str, symbols: str) -> str:
     return "; ".join(entries)
 
 
-#: What the ``neighbours`` line writes for a step that would leave the grid.
-OUTSIDE = "#"
-
-
-def grid_neighbours(grid: str, player_symbols: str, moves: dict[str, tuple[int, int]]) -> str:
+def grid_neighbours(
+    grid: str, player_symbols: str, moves: dict[str, tuple[int, int]], outside: str = "#"
+) -> str:
     """What lies one step from the player in the text ``grid`` (one row per line), for
     each move: ``"<move> <symbol>"`` entries in the order of ``moves``, joined by
-    ``"; "``; a step off the grid reads :data:`OUTSIDE`. The player is the first cell
+    ``"; "``; a step off the grid reads ``outside``. The player is the first cell
     holding one of ``player_symbols``; with none, the line is empty.
 
     >>> grid_neighbours("P_O\\n__G", "P", {"Up": (-1, 0), "Down": (1, 0), "Right": (0, 1)})
@@ -75,7 +73,7 @@ def grid_neighbours(grid: str, player_symbols: str, moves: dict[str, tuple[int, 
     for move, (dr, dc) in moves.items():
         r, c = where[0] + dr, where[1] + dc
         inside = 0 <= r < len(rows) and 0 <= c < len(rows[r])
-        entries.append(f"{move} {rows[r][c] if inside else OUTSIDE}")
+        entries.append(f"{move} {rows[r][c] if inside else outside}")
     return "; ".join(entries)
 
 
@@ -120,9 +118,10 @@ class TextEnv(gym.Env):
             line spares a small model the counting along rows and columns.
         neighbours: grid envs only: append to every observation a line that says
             what lies one move away in each direction (:func:`grid_neighbours`),
-            e.g. ``"Up #; Down O; Left _; Right G"`` (``#``: off the grid or a
-            wall). The grid stays; the line spares a small model finding the
-            player's neighbours, which is what a step into a hole comes from.
+            e.g. ``"Up #; Down O; Left _; Right G"`` (a step off the grid reads
+            :attr:`outside_symbol`: ``#``, or Sokoban's wall symbol of its vocab).
+            The grid stays; the line spares a small model finding the player's
+            neighbours, which is what a step into a hole comes from.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -136,6 +135,8 @@ class TextEnv(gym.Env):
     player_symbols: str = ""
     #: Grid envs: each move's (row, column) step, in the ``neighbours`` line's order.
     move_offsets: dict[str, tuple[int, int]] = {}
+    #: Grid envs: what the ``neighbours`` line writes for a step off the grid.
+    outside_symbol: str = "#"
     #: True where observations carry open-ended text from data (questions, passages)
     #: rather than the env's own fixed wording; a vocabulary built from the env's
     #: texts should take only its instructions, not every such word (the built-in
@@ -188,7 +189,7 @@ class TextEnv(gym.Env):
             charset = "".join(sorted(set(charset) | set(string.digits + ",; ")))
             max_length += 1 + coordinates_max_length(grid_length, self.landmark_symbols)
         if neighbours:
-            letters = "".join(self.move_offsets) + OUTSIDE + "; "
+            letters = "".join(self.move_offsets) + self.outside_symbol + "; "
             charset = "".join(sorted(set(charset) | set(letters)))
             max_length += 1 + sum(len(move) + 4 for move in self.move_offsets)
         self.action_budget = action_budget
@@ -310,7 +311,9 @@ class TextEnv(gym.Env):
         if self.coordinates:
             text += "\n" + grid_coordinates(grid, self.landmark_symbols)
         if self.neighbours:
-            text += "\n" + grid_neighbours(grid, self.player_symbols, self.move_offsets)
+            text += "\n" + grid_neighbours(
+                grid, self.player_symbols, self.move_offsets, self.outside_symbol
+            )
         return text
 
     def _turn_info(

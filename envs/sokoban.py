@@ -210,6 +210,7 @@ class SokobanEnv(TextEnv):
             VOCABS[vocab][role] for role in ("player", "player_on_target")
         )
         self.move_offsets = MOVES
+        self.outside_symbol = VOCABS[vocab]["wall"]  # off the grid counts as wall
         rows, cols = self.dim_room
         self.obs_max_length = rows * (cols + 1) - 1
         super().__init__(action_budget=action_budget, **kwargs)

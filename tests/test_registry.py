@@ -192,23 +192,24 @@ def test_coordinates_line_names_every_landmark_of_the_grid(env_id):
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_neighbours_line_says_what_each_move_runs_into(env_id):
     """Checked by playing each move on a copy: the edge or a wall never moves you, a
-    hole ends the episode in failure, the goal in success, and a free tile moves you."""
+    free tile moves you, a hole ends the episode in failure and the goal in success."""
     plain = gym.make(env_id).unwrapped
     if not plain.move_offsets:  # no grid, no line
         with pytest.raises(ValueError, match="neighbours=True needs a grid env"):
             gym.make(env_id, neighbours=True)
         return
+    lake = isinstance(plain, ragen_envs.FrozenLakeEnv)
     # No slips, so that a copy's step is the move the line describes.
-    no_slip = {"slip_rate": 0.0} if isinstance(plain, ragen_envs.FrozenLakeEnv) else {}
-    env = gym.make(env_id, neighbours=True, coordinates=True, **no_slip).unwrapped
-    free, blocked = set("_."), set("#%")  # ice or floor; the edge or a wall (both vocabs)
+    env = gym.make(env_id, neighbours=True, **({"slip_rate": 0.0} if lake else {})).unwrapped
+    # Ice, floor and free targets (both Sokoban vocabs); the edge or a wall.
+    free, blocked = set("_.") | (set() if lake else set("O+")), set("#%")
     seen = set()
     rng = np.random.default_rng(0)
-    for seed in range(20):
+    for seed in range(40):
         obs, _ = env.reset(seed=seed)
         for _ in range(4):
             assert env.observation_space.contains(obs), obs
-            line = obs.split("\n")[-1]
+            *rows, line = obs.split("\n")
             entries = dict(entry.split(" ") for entry in line.split("; "))
             assert list(entries) == list(env.move_offsets)
             for move, symbol in entries.items():
@@ -219,17 +220,38 @@ def test_neighbours_line_says_what_each_move_runs_into(env_id):
                     assert not info["action_is_effective"], (obs, move)
                 elif symbol in free:
                     assert info["action_is_effective"] and not term, (obs, move)
-                elif symbol == "O" and isinstance(env, ragen_envs.FrozenLakeEnv):
+                elif lake and symbol == "O":
                     assert term and not info["success"], (obs, move)
-                elif symbol == "G":
+                elif lake and symbol == "G":
                     assert term and info["success"], (obs, move)
             action = env.action_names[int(rng.integers(len(env.action_names)))]
             obs, _, term, trunc, _ = env.step(f"<think>x</think><answer>{action}</answer>")
             if term or trunc:
                 break
-    assert seen & blocked and seen & free, seen  # the checks above did run
+    # Every branch above ran: on a lake a hole and the goal were beside you.
+    assert seen & blocked and seen & free, seen
+    if lake:
+        assert {"O", "G"} <= seen, seen
     with pytest.raises(ValueError, match="neighbours must be true or false"):
         gym.make(env_id, neighbours=1)
+
+
+def test_neighbours_line_off_the_grid_speaks_the_envs_vocab():
+    """A room without an outer ring: off the grid reads as the vocab's wall."""
+    for vocab, wall in (("standard", "#"), ("new", "%")):
+        env = gym.make(
+            "ragen/SimpleSokoban-v0", vocab=vocab, dim_room=(5, 5), neighbours=True
+        ).unwrapped
+        sym = ragen_envs.sokoban.VOCABS[vocab]
+        # You in the top-left corner, a box to your right, its target below it.
+        f, p, b, t = sym["floor"], sym["player"], sym["box"], sym["target"]
+        room = "\n".join([f"{p}{b}{f * 3}", f"{f}{t}{f * 3}", *[f * 5] * 3])
+        obs, _ = env.reset(seed=0, options={"room": room})
+        assert obs.split("\n")[-1] == f"Up {wall}; Down {f}; Left {wall}; Right {b}"
+        assert env.observation_space.contains(obs), obs
+    lake = gym.make("ragen/FrozenLakeNoSlip-v0", neighbours=True).unwrapped
+    obs, _ = lake.reset(seed=0)
+    assert obs.count("\n") == lake.size  # the grid, then the line alone
 
 
 def test_the_grid_line_examples_in_the_docstrings_hold():
