@@ -179,6 +179,7 @@ class SokobanEnv(TextEnv):
     """
 
     obs_charset = "".join(sorted({s for vocab in VOCABS.values() for s in vocab.values()} | {"\n"}))
+    move_offsets = MOVES
 
     def __init__(
         self,
@@ -209,7 +210,6 @@ class SokobanEnv(TextEnv):
         self.player_symbols = "".join(
             VOCABS[vocab][role] for role in ("player", "player_on_target")
         )
-        self.move_offsets = MOVES
         self.outside_symbol = VOCABS[vocab]["wall"]  # off the grid counts as wall
         rows, cols = self.dim_room
         self.obs_max_length = rows * (cols + 1) - 1
