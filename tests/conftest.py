@@ -114,6 +114,34 @@ def model_cache(tmp_path_factory):
         os.environ["RAGEN_RLLIB_CACHE"] = old
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``-n 2``), each worker process gets its own Ray temp folder.
+
+    A plain ``ray.init()`` joins the cluster whose address the last head node wrote to
+    ``<temp>/ray/ray_current_cluster``, so a test that starts a head node (the
+    multi-node test) would otherwise capture the runs of the tests beside it on the
+    other worker. The folder is short: Ray's socket paths must fit in 107 bytes.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        import tempfile
+
+        base = os.environ.get("RAY_TMPDIR", "/tmp")
+        os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"ray-{worker}-", dir=base)
+        # Ray writes the address file there without creating the folder when the head
+        # node's own temp_dir is elsewhere (ray.cluster_utils.Cluster).
+        os.makedirs(os.path.join(os.environ["RAY_TMPDIR"], "ray"))
+        config._ragen_ray_tmpdir = os.environ["RAY_TMPDIR"]
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_ragen_ray_tmpdir", None)
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `vllm` need vLLM, which has its own install (the README's vLLM
     test command). Without it they are skipped, or fail when RAGEN_REQUIRE_VLLM=1."""
