@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,10 @@ def model_cache(tmp_path_factory):
         os.environ["RAGEN_RLLIB_CACHE"] = old
 
 
+#: The Ray temp folder of this xdist worker, removed when the worker ends.
+RAY_TMPDIR_KEY = pytest.StashKey[str]()
+
+
 def pytest_configure(config):
     """Under pytest-xdist (``-n 2``), each worker process gets its own Ray temp folder.
 
@@ -124,21 +130,17 @@ def pytest_configure(config):
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
-        import tempfile
-
-        base = os.environ.get("RAY_TMPDIR", "/tmp")
-        os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"ray-{worker}-", dir=base)
+        folder = tempfile.mkdtemp(prefix=f"ray-{worker}-", dir=os.environ.get("RAY_TMPDIR", "/tmp"))
         # Ray writes the address file there without creating the folder when the head
         # node's own temp_dir is elsewhere (ray.cluster_utils.Cluster).
-        os.makedirs(os.path.join(os.environ["RAY_TMPDIR"], "ray"))
-        config._ragen_ray_tmpdir = os.environ["RAY_TMPDIR"]
+        os.makedirs(os.path.join(folder, "ray"))
+        os.environ["RAY_TMPDIR"] = folder
+        config.stash[RAY_TMPDIR_KEY] = folder
 
 
 def pytest_unconfigure(config):
-    folder = getattr(config, "_ragen_ray_tmpdir", None)
+    folder = config.stash.get(RAY_TMPDIR_KEY, None)
     if folder:
-        import shutil
-
         shutil.rmtree(folder, ignore_errors=True)
 
 
