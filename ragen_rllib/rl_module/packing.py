@@ -125,12 +125,17 @@ def enable(model) -> bool:
     return True
 
 
+#: Given as the attention mask of a packed forward: transformers passes a 4-D mask on
+#: as it is (every architecture's mask builder does), so it builds no [N, N] mask of its
+#: own; :func:`varlen_attention` reads the rows from ``packed`` and never this mask.
+_NO_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)
+
+
 def packed_hidden(model, packed: Packed) -> torch.Tensor:
-    """Final hidden states of the packed rows  # [1, N, H]. The mask mapping is
-    given (empty) so that transformers builds no [N, N] mask."""
+    """Final hidden states of the packed rows  # [1, N, H]."""
     return model(
         input_ids=packed.ids,
         position_ids=packed.positions,
-        attention_mask={"full_attention": None},
+        attention_mask=_NO_MASK.to(packed.ids.device),
         packed=packed,
     ).last_hidden_state
