@@ -131,7 +131,7 @@ class AnswerEnv(TextEnv):
         raise NotImplementedError
 
     def well_formed(self, answer: str) -> bool:
-        block = read_answer_block(answer, self.parser.require_think)
+        block = read_answer_block(answer, self.parser.require_think, self.parser.tags)
         body = block.body.strip()
         if not block.format_ok or not body or len(body) > self.max_answer_length:
             return False
@@ -164,11 +164,11 @@ class AnswerEnv(TextEnv):
             raise RuntimeError("step() called on a finished episode; call reset() first")
         if not isinstance(action, str):
             raise TypeError(f"step() takes the model's answer as str, got {type(action).__name__}")
-        block = read_answer_block(action, self.parser.require_think)
+        block = read_answer_block(action, self.parser.require_think, self.parser.tags)
         answer = block.body.strip()
         error = block.error
         if block.format_ok and not answer:
-            error = "empty <answer>"
+            error = f"empty {self.parser.answer_tags[0]}"
         elif block.format_ok and len(answer) > self.max_answer_length:
             error = f"the answer is longer than {self.max_answer_length} characters"
         if error:

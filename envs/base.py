@@ -105,6 +105,10 @@ class TextEnv(gym.Env):
             format or named an invalid action (paper: -0.1).
         require_think: whether ``<think>...</think>`` must precede ``<answer>``.
         separator: the string between actions inside ``<answer>``.
+        think_tags, answer_tags: the (opening, closing) strings the answer uses in
+            place of ``<think>``/``</think>`` and ``<answer>``/``</answer>``
+            (:class:`~.parsing.ParserConfig`); the prompt's format reminder and
+            prefill should then say the same (the run's ``prompt`` setting).
         max_turns: turns after which the episode is truncated (None: no limit;
             the trainer's own turn limit still applies).
         max_answer_chars: the ``action_space`` length bound (sampling only).
@@ -151,6 +155,8 @@ class TextEnv(gym.Env):
         format_penalty: float = -0.1,
         require_think: bool = True,
         separator: str = "||",
+        think_tags: tuple[str, str] | list[str] = ("<think>", "</think>"),
+        answer_tags: tuple[str, str] | list[str] = ("<answer>", "</answer>"),
         max_turns: int | None = None,
         max_answer_chars: int = 512,
         render_mode: str | None = None,
@@ -196,7 +202,11 @@ class TextEnv(gym.Env):
         self.max_turns = max_turns
         self.format_penalty = float(format_penalty)
         self.parser = ParserConfig(
-            require_think=require_think, separator=separator, max_actions=max_actions_per_turn
+            require_think=require_think,
+            separator=separator,
+            max_actions=max_actions_per_turn,
+            think_tags=tuple(think_tags),
+            answer_tags=tuple(answer_tags),
         )
         self.render_mode = render_mode
         self.observation_space = gym.spaces.Text(

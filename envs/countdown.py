@@ -153,6 +153,6 @@ class CountdownEnv(AnswerEnv):
             "use all of them. Division is exact (fractions are allowed along the way); "
             "there is no unary minus and no power.\n"
             f"Answer with the expression alone, at most {MAX_EXPRESSION_LENGTH} characters, "
-            f"e.g. <answer>{self.answer_example}</answer>. Reward 1 when it equals the "
+            f"e.g. {self.parser.wrap(self.answer_example)}. Reward 1 when it equals the "
             f"target. {tries}"
         )

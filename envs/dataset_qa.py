@@ -182,7 +182,7 @@ class DatasetQAEnv(AnswerEnv):
         return (
             "Solve the math word problem in the question. Work it out step by step, then "
             "give the final answer alone, a number without units, in the answer block, e.g. "
-            f"<answer>{self.answer_example}</answer>. A \\boxed{{...}} or 'The answer is ...' "
+            f"{self.parser.wrap(self.answer_example)}. A \\boxed{{...}} or 'The answer is ...' "
             "inside the answer block is read too; 1,234 and 1234, 3/4 and 0.75 are the same "
             f"answer. Reward 1 for the right answer. {tries}"
         )

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+#: The default tags: (think open, think close, answer open, answer close).
+DEFAULT_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
 
 
 @dataclass(frozen=True)
@@ -55,17 +56,46 @@ class ParserConfig:
     separator: the string between two actions inside ``<answer>``.
     max_actions: actions executed per turn at most; further valid actions are
         dropped without penalty and counted in ``ParsedAnswer.num_dropped``.
+    think_tags, answer_tags: the (opening, closing) strings that stand for
+        ``<think>``/``</think>`` and ``<answer>``/``</answer>`` (four distinct,
+        non-blank strings, none inside another).
     """
 
     require_think: bool = True
     separator: str = "||"
     max_actions: int = 5
+    think_tags: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)
+    answer_tags: tuple[str, str] = (ANSWER_OPEN, ANSWER_CLOSE)
+
+    @property
+    def tags(self) -> tuple[str, str, str, str]:
+        return (*self.think_tags, *self.answer_tags)
+
+    def wrap(self, body: str) -> str:
+        """``body`` inside the answer tags, as an example answer reads."""
+        return f"{self.answer_tags[0]}{body}{self.answer_tags[1]}"
 
     def __post_init__(self) -> None:
+        for name in ("think_tags", "answer_tags"):
+            pair = getattr(self, name)
+            if (
+                not isinstance(pair, list | tuple)
+                or len(pair) != 2
+                or not all(isinstance(t, str) and t.strip() for t in pair)
+            ):
+                raise ValueError(
+                    f"{name} must be two non-blank strings (opening, closing), got {pair!r}"
+                )
+            object.__setattr__(self, name, tuple(pair))
+        tags = self.tags
+        if any(a in b for i, a in enumerate(tags) for j, b in enumerate(tags) if i != j):
+            raise ValueError(f"the tags {tags} must be distinct, and none inside another")
         if not isinstance(self.separator, str) or not self.separator.strip():
             raise ValueError(f"separator must be a non-blank string, got {self.separator!r}")
-        if any(self.separator in tag for tag in _TAGS) or "<" in self.separator:
-            raise ValueError(f"separator {self.separator!r} must not overlap the tags {_TAGS}")
+        if any(self.separator in tag or tag in self.separator for tag in tags) or (
+            "<" in self.separator
+        ):
+            raise ValueError(f"separator {self.separator!r} must not overlap the tags {tags}")
         if not isinstance(self.max_actions, int) or self.max_actions < 1:
             raise ValueError(f"max_actions must be an int >= 1, got {self.max_actions!r}")
 
@@ -91,44 +121,53 @@ class AnswerBlock:
     error: str = ""
 
 
-def read_answer_block(text: str, require_think: bool = True) -> AnswerBlock:
+def read_answer_block(
+    text: str, require_think: bool = True, tags: tuple[str, str, str, str] = DEFAULT_TAGS
+) -> AnswerBlock:
     """Check the tag structure of ``text`` and cut out the think and answer bodies.
 
     Accepted shape, with only whitespace allowed outside the tags:
     ``<think>free text</think><answer>anything without tags</answer>``. Each tag
     must appear exactly once (the think tags at most once when ``require_think``
-    is False), in that order, and neither body may contain a tag. Linear in the
+    is False), in that order, and neither body may contain a tag. ``tags`` are the
+    four tag strings in that order (:attr:`ParserConfig.tags`). Linear in the
     length of ``text``; never raises.
     """
     if not isinstance(text, str):
         return AnswerBlock(False, error=f"answer must be a str, got {type(text).__name__}")
-    counts = {tag: text.count(tag) for tag in _TAGS}
-    if counts[ANSWER_OPEN] != 1 or counts[ANSWER_CLOSE] != 1:
-        return AnswerBlock(False, error="expected exactly one <answer>...</answer> block")
-    n_think = counts[THINK_OPEN]
-    if n_think != counts[THINK_CLOSE] or n_think > 1:
-        return AnswerBlock(False, error="expected at most one matched <think>...</think> block")
+    think_open, think_close, answer_open, answer_close = tags
+    if text.count(answer_open) != 1 or text.count(answer_close) != 1:
+        return AnswerBlock(
+            False, error=f"expected exactly one {answer_open}...{answer_close} block"
+        )
+    n_think = text.count(think_open)
+    if n_think != text.count(think_close) or n_think > 1:
+        return AnswerBlock(
+            False, error=f"expected at most one matched {think_open}...{think_close} block"
+        )
     if require_think and n_think == 0:
-        return AnswerBlock(False, error="missing <think>...</think> block")
+        return AnswerBlock(False, error=f"missing {think_open}...{think_close} block")
 
-    a_open = text.find(ANSWER_OPEN)
-    a_close = text.find(ANSWER_CLOSE)
+    a_open = text.find(answer_open)
+    a_close = text.find(answer_close)
     if a_close < a_open:
-        return AnswerBlock(False, error="</answer> comes before <answer>")
+        return AnswerBlock(False, error=f"{answer_close} comes before {answer_open}")
     think = ""
     head_end = a_open
     if n_think:
-        t_open = text.find(THINK_OPEN)
-        t_close = text.find(THINK_CLOSE)
+        t_open = text.find(think_open)
+        t_close = text.find(think_close)
         if not (t_open < t_close < a_open):
-            return AnswerBlock(False, error="<think>...</think> must come before <answer>")
-        if text[:t_open].strip() or text[t_close + len(THINK_CLOSE) : a_open].strip():
+            return AnswerBlock(
+                False, error=f"{think_open}...{think_close} must come before {answer_open}"
+            )
+        if text[:t_open].strip() or text[t_close + len(think_close) : a_open].strip():
             return AnswerBlock(False, error="text outside the tags")
-        think = text[t_open + len(THINK_OPEN) : t_close]
+        think = text[t_open + len(think_open) : t_close]
         head_end = t_open
-    if text[:head_end].strip() or text[a_close + len(ANSWER_CLOSE) :].strip():
+    if text[:head_end].strip() or text[a_close + len(answer_close) :].strip():
         return AnswerBlock(False, error="text outside the tags")
-    return AnswerBlock(True, think=think, body=text[a_open + len(ANSWER_OPEN) : a_close])
+    return AnswerBlock(True, think=think, body=text[a_open + len(answer_open) : a_close])
 
 
 def parse_answer(
@@ -143,14 +182,14 @@ def parse_answer(
     ``<think>free text</think><answer>A1 || A2 || ...</answer>``.
     Anything else is a format failure with no actions.
     """
-    block = read_answer_block(text, config.require_think)
+    block = read_answer_block(text, config.require_think, config.tags)
     if not block.format_ok:
         return _fail(block.error)
     think = block.think
     tokens = tuple(tok.strip() for tok in block.body.split(config.separator))
     tokens = tuple(tok for tok in tokens if tok)
     if not tokens:
-        return ParsedAnswer(format_ok=False, think=think, error="empty <answer>")
+        return ParsedAnswer(format_ok=False, think=think, error=f"empty {config.answer_tags[0]}")
 
     lookup = {name.lower(): name for name in action_names}
     valid: list[str] = []

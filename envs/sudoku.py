@@ -210,7 +210,7 @@ class SudokuEnv(AnswerEnv):
             "digits can be overwritten, or emptied with 0. A digit already in the cell's "
             "row, column or box is refused.\n"
             f"Answer with placements row, column = digit, e.g. "
-            f"<answer>{self.answer_example}</answer>, up to {self.parser.max_actions} per "
+            f"{self.parser.wrap(self.answer_example)}, up to {self.parser.max_actions} per "
             f"turn, separated by '{self.parser.separator}'. You have {self.action_budget} "
             "placements in total. Reward 1 when the grid is solved."
         )
