@@ -8,7 +8,8 @@ each one gets::
       - {env: ragen/FrozenLakeNoSlip-v0, groups: 4, env_config: {size: 4}, max_turns: 3}
 
 An entry may also set ``name`` (the label of its metrics, default: the id's short
-name, ``SimpleSokoban``), ``max_turns`` and ``prompt_style`` (default: the run's).
+name, ``SimpleSokoban``), ``max_turns``, ``prompt_style`` and ``prompt`` (default:
+the run's; an entry's ``prompt`` changes parts of the wording on top of the run's).
 ``env_groups`` is the sum of the entries' groups and ``env`` is the first entry's
 id (both derived when the config leaves them out).
 
@@ -24,25 +25,26 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ragen_rllib.env_runner.eval_suites import EvalEnv, default_name
-from ragen_rllib.env_runner.prompts import PROMPT_STYLES
+from ragen_rllib.env_runner.prompts import PROMPT_STYLES, PromptFormat, prompt_format
 
 #: The keys an ``env_mix`` entry may hold.
-ENTRY_KEYS = ("env", "groups", "env_config", "name", "max_turns", "prompt_style")
+ENTRY_KEYS = ("env", "groups", "env_config", "name", "max_turns", "prompt_style", "prompt")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 @dataclass(frozen=True)
 class MixEntry(EvalEnv):
     """One env of a mixture: its options, its share of the groups and its own turn
-    limit and prompt style (None: the run's)."""
+    limit, prompt style and prompt wording (None: the run's)."""
 
     groups: int = 1
     max_turns: int | None = None
     prompt_style: str | None = None
+    prompt: tuple[tuple[str, Any], ...] | None = None  # a mapping's items (hashable)
 
 
 def _bad(index: int | None, message: str) -> ValueError:
@@ -86,6 +88,8 @@ def parse_env_mix(raw: Any) -> list[MixEntry]:
                 f"prompt_style={style!r} is invalid: null (the run's) or one of "
                 f"{list(PROMPT_STYLES)}",
             )
+        prompt = item.get("prompt")
+        prompt_format(style or "full", prompt, where=f"env_mix[{i}].prompt")  # raises
         name = item.get("name") or default_name(env)
         if not isinstance(name, str) or not _NAME.match(name):
             raise _bad(
@@ -93,7 +97,8 @@ def parse_env_mix(raw: Any) -> list[MixEntry]:
                 f"name={name!r} is invalid: letters, digits, '_', '.' or '-' (it becomes "
                 "part of a metric key)",
             )
-        entries.append(MixEntry(name, env, dict(env_config), groups, turns, style))
+        items = None if prompt is None else tuple(sorted(prompt.items()))
+        entries.append(MixEntry(name, env, dict(env_config), groups, turns, style, items))
     names = [e.name for e in entries]
     if len(set(names)) != len(names):
         raise _bad(None, f"entry names {names} repeat; give entries distinct `name`s")
@@ -120,5 +125,13 @@ def turns_of(entry: EvalEnv, default: int) -> int:
     return getattr(entry, "max_turns", None) or default
 
 
-def style_of(entry: EvalEnv, default: str) -> str:
-    return getattr(entry, "prompt_style", None) or default
+def format_of(entry: EvalEnv, config: Any) -> PromptFormat:
+    """The prompt wording of an entry (or a suite's env): its ``prompt_style`` preset
+    (else the run's), the run's ``prompt`` on top, then the entry's own ``prompt``;
+    a prefill left null is the run's ``prefill``."""
+    style = getattr(entry, "prompt_style", None) or config.prompt_style
+    fmt = prompt_format(style, config.prompt)
+    own = getattr(entry, "prompt", None)
+    if own is not None:
+        fmt = prompt_format(fmt, dict(own), where=f"env_mix entry {entry.name!r} prompt")
+    return fmt if fmt.prefill is not None else replace(fmt, prefill=config.prefill)

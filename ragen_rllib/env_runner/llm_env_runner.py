@@ -38,19 +38,19 @@ from ragen_rllib.env_runner.env_loading import (
     make_eval_env,
     success_of,
 )
-from ragen_rllib.env_runner.env_mix import entry_of_group, mix_entries, style_of, turns_of
+from ragen_rllib.env_runner.env_mix import entry_of_group, format_of, mix_entries, turns_of
 from ragen_rllib.env_runner.eval_suites import EvalEnv
 from ragen_rllib.env_runner.metrics import evaluation_metrics
 from ragen_rllib.env_runner.prompts import (
     ChatFormat,
+    PromptFormat,
     render_turn,
-    system_prompt_for,
     with_instructions,
 )
 from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.env_runner.warmup import model_path
 from ragen_rllib.maths.seeding import mix_seed, training_group_seeds
 from ragen_rllib.models.lora import AdapterMerger, LoraSettings
-from ragen_rllib.models.resolve import resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -78,20 +78,13 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
         import_env_modules(config)  # this process may be a fresh Ray worker
 
-        self._model_path = resolve_model(config.llm)
+        self._model_path = model_path(config)
         self.tokenizer = AutoTokenizer.from_pretrained(self._model_path)
         self._mix = mix_entries(config)
-        # One chat format per prompt style in use (the system prompt differs).
-        self._chats = {
-            style: ChatFormat(
-                self.tokenizer, system_prompt=system_prompt_for(style), prefill=config.prefill
-            )
-            for style in {
-                config.prompt_style,
-                *(style_of(e, config.prompt_style) for e in self._mix),
-            }
-        }
-        self.chat = self._chats[config.prompt_style]
+        # One chat format per prompt wording in use (made on first use: the system
+        # prompt and the prefill may differ between the envs of a mixture).
+        self._chats: dict[PromptFormat, ChatFormat] = {}
+        self.chat = self._chat(format_of(self._mix[0], config))
         self.engine = make_engine(config, self._model_path, self.tokenizer)
         # LoRA: the learner sends adapters, merged here into the base weights.
         self._lora = None
@@ -220,6 +213,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 env.close()
 
     # ----- rollout ------------------------------------------------------------------
+    def _chat(self, fmt: PromptFormat) -> ChatFormat:
+        if fmt not in self._chats:
+            self._chats[fmt] = ChatFormat(self.tokenizer, fmt.system, fmt.prefill)
+        return self._chats[fmt]
+
     def _make_envs(self, entries: list[EvalEnv]) -> list[gym.Env]:
         """One env per trajectory, from each entry's pool (made on first use, kept)."""
         taken: dict[str, int] = {}
@@ -263,8 +261,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         cfg = self.config
         window = cfg.context_window
         entries = [env or entry_of_group(self._mix, g) for g in groups]
-        styles = [style_of(e, cfg.prompt_style) for e in entries]
-        chats = [self._chats[style] for style in styles]
+        styles = [format_of(e, cfg) for e in entries]
+        chats = [self._chat(style) for style in styles]
         limits = [turns_of(e, cfg.max_turns) for e in entries]
         start = time.perf_counter()
         envs = self._make_envs(entries)
@@ -277,7 +275,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         # The N trajectories of a group start from one state, so from one first prompt:
         # each distinct first prompt is encoded once per call (encoding every copy was
         # over half the runner's own time per Bandit sample; bench_async.py --device-time).
-        first_ids: dict[tuple[str, str], list[int]] = {}
+        first_ids: dict[tuple[PromptFormat, str], list[int]] = {}
         options = {} if reset_options is None else {"options": reset_options}  # curriculum
         for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
             style, chat = styles[i], chats[i]
@@ -387,14 +385,14 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         texts: list[str],
         answers: list[tuple[list[int], bool]],
         window: int,
-        style: str,
+        style: PromptFormat,
     ) -> list[int]:
         """The prompt of the next turn under a context window of ``window`` turns: the
         instructions with the user text of the window's first turn, then each later
         turn's answer (as sampled) and the user text after it."""
         first = max(0, len(texts) - 1 - window)  # index of the window's first turn
         turns = [(ids, eos, texts[j + 1]) for j, (ids, eos) in enumerate(answers) if j >= first]
-        return self._chats[style].conversation_ids(
+        return self._chat(style).conversation_ids(
             with_instructions(env, texts[first], style), turns
         )
 

@@ -12,7 +12,8 @@ Message structure (as in the RAGEN paper): a system message; a first user
 message with the env's instructions and turn 1; after every answer a user
 message with the reward and the next turn.
 
-Two prompt styles (the ``prompt_style`` setting):
+Two named prompt styles (the ``prompt_style`` setting), each a
+:class:`PromptFormat` whose parts a run may change (the ``prompt`` setting):
 
 - ``full`` (default, for real LLMs): the system message, "Turn N:", "State:",
   the actions left and the format reminder in every user message.
@@ -25,6 +26,7 @@ Two prompt styles (the ``prompt_style`` setting):
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 SYSTEM_PROMPT = "You are a helpful assistant. You first think, then answer."
@@ -33,19 +35,100 @@ FORMAT_HINT = (
     "</answer> and nothing else."
 )
 _PROBE_USER, _PROBE_ASSISTANT = "PROBE_USER_TEXT", "PROBE_ASSISTANT_TEXT"
-#: The values of the ``prompt_style`` setting (see the module docstring).
-PROMPT_STYLES = ("full", "compact")
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """The wording around the env's own text: every part a user may set (``prompt``).
+
+    ``turn`` is the user text of a turn, with the placeholders ``{reward}`` (the
+    ``reward`` line, empty on turn 1), ``{turn}`` (the turn number),
+    ``{observation}``, ``{budget}`` (the ``budget`` line, empty for an env that
+    reports no action budget) and ``{format_hint}``. ``reward`` may use
+    ``{reward}`` (a float, e.g. ``{reward:.2f}``), ``budget`` ``{actions_left}``.
+    ``separator`` stands between the env's instructions and the first turn.
+    ``prefill`` starts every answer (None: the run's ``prefill``).
+    """
+
+    system: str | None = SYSTEM_PROMPT
+    turn: str = "{reward}Turn {turn}:\nState:\n{observation}\n{budget}{format_hint}"
+    reward: str = "Reward: {reward:.2f}\n"
+    budget: str = "You have {actions_left} actions left. "
+    format_hint: str = FORMAT_HINT
+    separator: str = "\n\n"
+    prefill: str | None = None
+
+
+#: The named presets (the ``prompt_style`` setting; see the module docstring).
+PRESETS: dict[str, PromptFormat] = {
+    "full": PromptFormat(),
+    "compact": PromptFormat(system=None, turn="{reward}{observation}", separator="\n"),
+}
+PROMPT_STYLES = tuple(PRESETS)
+#: Each template part and the placeholders it may use.
+PLACEHOLDERS = {
+    "turn": ("reward", "turn", "observation", "budget", "format_hint"),
+    "reward": ("reward",),
+    "budget": ("actions_left",),
+}
+_SAMPLE = {
+    "reward": "R",
+    "turn": 1,
+    "observation": "O",
+    "budget": "B",
+    "format_hint": "F",
+    "actions_left": 3,
+}
 
 
 def _check_style(style: str) -> None:
-    if style not in PROMPT_STYLES:
+    if style not in PRESETS:
         raise ValueError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {style!r}")
 
 
-def system_prompt_for(style: str) -> str | None:
+def prompt_format(style: str | PromptFormat, overrides: Any = None, where: str = "prompt"):
+    """The :class:`PromptFormat` of preset ``style`` with ``overrides`` (a mapping of
+    some of its fields, or None); ValueError naming ``where.<field>`` on a bad one."""
+    base = style if isinstance(style, PromptFormat) else None
+    if base is None:
+        _check_style(style)
+        base = PRESETS[style]
+    if overrides is None:
+        return base
+    if not isinstance(overrides, dict):
+        raise ValueError(
+            f"config {where}={overrides!r} is invalid: null or a mapping of some of "
+            f"{[f.name for f in fields(PromptFormat)]}"
+        )
+    allowed = [f.name for f in fields(PromptFormat)]
+    odd = sorted(set(overrides) - set(allowed))
+    if odd:
+        raise ValueError(f"config {where}: unknown key(s) {odd}; allowed: {allowed}")
+    for key, value in overrides.items():
+        nullable = key in ("system", "prefill")
+        if not (isinstance(value, str) or (nullable and value is None)):
+            kind = "a string or null" if nullable else "a string"
+            raise ValueError(f"config {where}.{key}={value!r} is invalid: {kind}")
+        if key in PLACEHOLDERS:
+            names = PLACEHOLDERS[key]
+            try:
+                value.format(**{n: (0.5 if key == "reward" else _SAMPLE[n]) for n in names})
+            except (KeyError, IndexError, ValueError) as err:
+                raise ValueError(
+                    f"config {where}.{key}={value!r} is invalid ({type(err).__name__}: "
+                    f"{err}): a text whose {{placeholders}} are among {list(names)} "
+                    "(write {{ and }} for literal braces)"
+                ) from None
+    if "turn" in overrides and "{observation}" not in overrides["turn"]:
+        raise ValueError(
+            f"config {where}.turn={overrides['turn']!r} is invalid: it must hold {{observation}}"
+        )
+    return replace(base, **overrides)
+
+
+def system_prompt_for(style: str | PromptFormat) -> str | None:
     """The system message of a prompt style (None: no system message)."""
-    _check_style(style)
-    return SYSTEM_PROMPT if style == "full" else None
+    return prompt_format(style).system
 
 
 def render_turn(
@@ -53,23 +136,26 @@ def render_turn(
     observation: str,
     actions_left: int | None,
     reward: float | None,
-    style: str = "full",
+    style: str | PromptFormat = "full",
 ) -> str:
     """The user text of one turn; ``reward`` is the previous turn's (None on turn 1).
 
     ``actions_left`` is None for an env that does not report its action budget:
-    the line is then left out. The ``compact`` style keeps only the reward and
-    the observation.
+    the line is then left out. ``style`` is a preset's name or a
+    :class:`PromptFormat`; the ``compact`` preset keeps only the reward and the
+    observation.
     """
-    _check_style(style)
-    head = "" if reward is None else f"Reward: {reward:.2f}\n"
-    if style == "compact":
-        return f"{head}{observation}"
-    budget = "" if actions_left is None else f"You have {actions_left} actions left. "
-    return f"{head}Turn {turn}:\nState:\n{observation}\n{budget}{FORMAT_HINT}"
+    fmt = prompt_format(style)
+    return fmt.turn.format(
+        reward="" if reward is None else fmt.reward.format(reward=reward),
+        turn=turn,
+        observation=observation,
+        budget="" if actions_left is None else fmt.budget.format(actions_left=actions_left),
+        format_hint=fmt.format_hint,
+    )
 
 
-def with_instructions(env: Any, turn_text: str, style: str = "full") -> str:
+def with_instructions(env: Any, turn_text: str, style: str | PromptFormat = "full") -> str:
     """``turn_text`` (a :func:`render_turn` text) after the env's instructions, if it has
     any: the first user message of a conversation, or of a context window.
 
@@ -79,7 +165,7 @@ def with_instructions(env: Any, turn_text: str, style: str = "full") -> str:
     method = getattr(env, "instructions", None)
     if not callable(method):
         return turn_text
-    return str(method()) + ("\n" if style == "compact" else "\n\n") + turn_text
+    return str(method()) + prompt_format(style).separator + turn_text
 
 
 class ChatFormat:

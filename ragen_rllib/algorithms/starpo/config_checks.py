@@ -33,7 +33,7 @@ from ragen_rllib.algorithms.starpo.config_rules import (
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
 from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
-from ragen_rllib.env_runner.env_mix import parse_env_mix
+from ragen_rllib.env_runner.env_mix import format_of, mix_entries, parse_env_mix
 from ragen_rllib.env_runner.eval_suites import resolve_suites
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
@@ -251,9 +251,18 @@ def check_values(config) -> None:
     if not isinstance(config.llm, str) or not config.llm.strip():
         raise bad(
             "llm",
-            "must be 'builtin', 'builtin-raw', a local model directory or a Hugging Face "
-            "hub id such as 'Qwen/Qwen2.5-0.5B-Instruct' (a string)",
+            "must be 'builtin', 'builtin-raw', a named model such as "
+            "'smollm2-135m-instruct', a .gguf file, a local model directory or a Hugging "
+            "Face hub id such as 'Qwen/Qwen2.5-0.5B-Instruct' (a string)",
         )
+    for entry in mix_entries(config):
+        fmt = format_of(entry, config)  # the run's and each entry's `prompt`: names it
+        if config.format_warmup_steps and not "<think>".startswith(fmt.prefill):
+            raise bad(
+                "format_warmup_steps",
+                f"the warm-up's answers start with '<think>', which the prefill "
+                f"{fmt.prefill!r} does not begin: use prefill '<think>' or '' with it",
+            )
     _check_estimator(config, bad)
     _check_filter(config, bad)
     if config.learner_strategy == "fsdp":

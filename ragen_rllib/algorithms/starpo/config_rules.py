@@ -130,6 +130,15 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         for key, choices in _CHOICES.items()
     },
     "eval_seed": _int_at_least(0),
+    "format_warmup_steps": (
+        lambda v: is_int(v) and 0 <= v <= 100_000,
+        "must be an integer in [0, 100000] (0: no warm-up)",
+    ),
+    "format_warmup_batch": (
+        lambda v: is_int(v) and 1 <= v <= 1024,
+        "must be an integer in [1, 1024]",
+    ),
+    "format_warmup_lr": _number(lambda v: 0 < v < 1, "in (0, 1)"),
     "collapse_warmup": _int_at_least(0),
     "collapse_metrics_interval": _int_at_least(0),
     "collapse_mi_samples": (
@@ -272,6 +281,11 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "shuffle_batch_per_epoch": ((lambda v: isinstance(v, bool)), "must be true or false"),
     "prefill": ((lambda v: isinstance(v, str)), "must be a string (may be empty)"),
+    # Its parts are checked with the mixture (prompts.prompt_format names the part).
+    "prompt": (
+        (lambda v: v is None or isinstance(v, dict)),
+        "must be null or a mapping of prompt parts, e.g. {system: 'You play a game.'}",
+    ),
     "framework_str": ((lambda v: v == "torch"), "StarPO runs on 'torch' only"),
 }
 #: The RLlib AlgorithmConfig settings an experiment's config may set (attribute names).

@@ -58,12 +58,26 @@ STARPO_DEFAULTS: dict[str, Any] = {
     # "full": system message, turn number, actions left and format reminder in every
     # user message (real LLMs); "compact": only the observation (small models).
     "prompt_style": "full",
+    # The prompt's wording, part by part, on top of the prompt_style preset (null: the
+    # preset as it is): a mapping of some of system (null: no system message), turn
+    # (a turn's user text, with {reward} {turn} {observation} {budget} {format_hint}),
+    # reward ("Reward: {reward:.2f}\n"), budget ("You have {actions_left} actions
+    # left. "), format_hint, separator (between the env's instructions and turn 1) and
+    # prefill (null: `prefill`). An env_mix entry may set its own. README, "Prompts".
+    "prompt": None,
     # Turns of history in the prompt: null keeps the whole trajectory in context (one
     # growing sequence, the paper's setting); k keeps the instructions and the last k
     # turns before the current observation (0: the current observation alone), and
     # every turn becomes its own training sequence (RAGEN-2's limited context window).
     "context_window": None,
     "rollout_batch_size": 256,  # sequences per engine forward batch at most
+    # A format warm-up before training (0: none): this many supervised steps of
+    # format_warmup_batch first prompts of the run's envs, each followed by a
+    # well-formed answer with random valid actions (the format, no policy). For small
+    # real models that rarely write the format at first. ragen_rllib/env_runner/warmup.py.
+    "format_warmup_steps": 0,
+    "format_warmup_batch": 8,
+    "format_warmup_lr": 5e-5,
     # --- environment -----------------------------------------------------------------
     # Module(s) imported in every process (config check, trial, env runners) before
     # the env is made, for env ids that a user's module registers. None: only `env`.

@@ -64,17 +64,16 @@ from ragen_rllib.connectors.sample_batch import build_sample_pipeline
 from ragen_rllib.distributed.learner_group import build_learner_group
 from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.env_runner.env_loading import import_env_modules
-from ragen_rllib.env_runner.env_mix import mix_entries
+from ragen_rllib.env_runner.env_mix import format_of, mix_entries
 from ragen_rllib.env_runner.eval_suites import EvalEnv, resolve_suites
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.env_runner.metrics import by_env, mean_over_envs, rollout_metrics
-from ragen_rllib.env_runner.prompts import system_prompt_for
 from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.env_runner.warmup import model_path
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 from ragen_rllib.maths.batching import num_minibatches, shard_trajectories
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, Estimator
 from ragen_rllib.maths.seeding import mix_seed
-from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 logger = logging.getLogger(__name__)
@@ -214,7 +213,7 @@ class StarPOConfig(AlgorithmConfig):
 
     def llm_module_config(self) -> dict[str, Any]:
         return {
-            "model_path": resolve_model(self.llm),
+            "model_path": model_path(self),
             "dtype": self.model_dtype,
             "critic": self.uses_critic,
             "temperature": self.temperature,
@@ -291,7 +290,7 @@ class StarPO(SamplingMixin, Algorithm):
             self._dumper = RolloutDumper(
                 os.path.join(self.trial_dir, "rollouts"),
                 run=self.trial_name,
-                system=system_prompt_for(self.config.prompt_style),
+                system=format_of(mix_entries(self.config)[0], self.config).system,
                 seed=mix_seed(self.config.seed, 2),
             )
 

@@ -1,0 +1,67 @@
+"""The format warm-up (``format_warmup_steps``): well-formed answers with random actions on
+the run's own prompts, trained once, cached, and then what the run loads."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import gymnasium as gym
+import pytest
+from conftest import tiny_config
+
+from ragen_rllib.env_runner import warmup
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+
+
+def test_examples_are_the_runs_prompts_with_well_formed_answers_and_no_policy():
+    from transformers import AutoTokenizer
+
+    cfg = tiny_config(env="ragen/Bandit-v0", prompt={"system": "Pick an arm."})
+    tok = AutoTokenizer.from_pretrained(warmup.model_path(cfg))
+    examples = warmup.warmup_examples(cfg, tok, 200, seed=0)
+    env = gym.make("ragen/Bandit-v0").unwrapped
+    arms = Counter()
+    for prompt, answer in examples:
+        assert answer[-1] == tok.eos_token_id
+        text = tok.decode(prompt)
+        assert "Pick an arm." in text and text.endswith("<think>")
+        env.reset(seed=0)
+        reply = "<think>" + tok.decode(answer[:-1])
+        *_, info = env.step(reply)
+        assert info["format_ok"] and info["action_is_valid"], reply
+        arms[reply.split("<answer>")[1].split("</answer>")[0].strip()] += 1
+    # Random arms: both, about equally often, whichever the state's order.
+    assert set(arms) == {"Phoenix", "Dragon"} and min(arms.values()) > 70
+    # The states come from seeds training and evaluation never draw.
+    assert warmup.WARMUP_SEED_BASE > 2**32
+
+
+def test_the_warmed_model_is_trained_once_cached_and_loaded_by_the_run(monkeypatch):
+    cfg = tiny_config(format_warmup_steps=2, format_warmup_batch=2, format_warmup_lr=1e-4)
+    path = warmup.model_path(cfg)
+    record = json.load(open(os.path.join(path, warmup.RECORD_FILE)))
+    assert len(record["loss"]) == 2 and record["settings"]["lr"] == 1e-4
+    assert cfg.llm_module_config()["model_path"] == path
+    assert LLMEnvRunner(config=cfg, worker_index=0)._model_path == path
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cached warm-up should have been used")
+
+    monkeypatch.setattr(warmup, "train_format_warmup", no_training)
+    assert warmup.model_path(cfg) == path
+    # Another learning rate or env is another warm-up; the group count is not.
+    assert warmup.model_path(tiny_config(format_warmup_steps=2, format_warmup_batch=2,
+                                         format_warmup_lr=1e-4, env_groups=4)) == path  # fmt: skip
+    with pytest.raises(AssertionError, match="cached warm-up"):
+        warmup.model_path(
+            tiny_config(format_warmup_steps=2, format_warmup_batch=2, format_warmup_lr=2e-4)
+        )
+    assert warmup.model_path(tiny_config()) != path  # no warm-up: the base model
+
+
+def test_a_warm_up_with_a_prefill_that_cannot_start_the_format_is_refused():
+    with pytest.raises(ValueError, match=r"format_warmup_steps=3.*prefill '<answer>'"):
+        tiny_config(format_warmup_steps=3, prefill="<answer>").check()
+    tiny_config(format_warmup_steps=3, prefill="").check()
