@@ -270,3 +270,15 @@ def test_pair_loglik_scores_every_reasoning_after_every_prompt():
             assert matrix[i][j] == pytest.approx(float(direct.sum()), abs=1e-3)
     info = pair_information(torch.tensor(matrix), [len(z) for z in reasonings])
     assert info.mutual_information <= math.log(3) and info.conditional_entropy > 0
+
+
+def test_two_prompts_give_a_zero_z_score_without_a_warning():
+    """Two distinct first prompts (the Bandit's two arm orders): each reasoning has one
+    mismatched score, so no spread; the z-score is 0 and torch is not asked for the
+    std of one value."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        info = pair_information([[-1.0, -2.0], [-3.0, -0.5]], [2, 2])
+    assert info.mi_zscore == 0.0 and info.retrieval_acc_at_1 == 1.0

@@ -114,7 +114,8 @@ def pair_information(
     mi = float((matched - marginal).mean())
     off = ~torch.eye(m, dtype=torch.bool)
     mismatched = L.T[off].reshape(m, m - 1)  # row j: L[i, j] for i != j
-    spread = mismatched.std(dim=1, unbiased=True)
+    # With two prompts each reasoning has one mismatched score: no spread to divide by.
+    spread = mismatched.std(dim=1, unbiased=True) if m > 2 else torch.zeros_like(matched)
     gap = matched - mismatched.mean(dim=1)
     z = torch.where(spread > 1e-12, gap / spread.clamp_min(1e-12), torch.zeros_like(gap))
     k = max(1, min(k, m))
