@@ -38,6 +38,7 @@ from ragen_rllib.env_runner.env_loading import make_eval_env
 from ragen_rllib.env_runner.env_mix import format_of, mix_entries
 from ragen_rllib.env_runner.prompts import ChatFormat, render_turn, with_instructions
 from ragen_rllib.models.builtin import default_cache_dir
+from ragen_rllib.models.gguf import no_progress_bars
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.models.transcripts import random_answer
 
@@ -141,7 +142,8 @@ def warmed_model(base: str, config: Any) -> str:
     os.makedirs(os.path.dirname(final), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=os.path.dirname(final))
     try:
-        record = train_format_warmup(base, config, tmp)
+        with no_progress_bars():
+            record = train_format_warmup(base, config, tmp)
         record["settings"] = settings
         record["base"] = base
         with open(os.path.join(tmp, RECORD_FILE), "w") as f:

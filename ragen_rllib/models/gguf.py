@@ -22,6 +22,7 @@ imported, only its file is located through the distribution's metadata.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -29,6 +30,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -108,6 +110,21 @@ def converted_dir(path: str, cache_dir: str) -> str:
     return os.path.join(cache_dir, "gguf", f"{safe}-{key}")
 
 
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers draws no progress bar inside (loading, dequantising, saving): the
+    console gets this project's one-line log messages instead."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def _require_gguf_reader() -> None:
     import importlib.util
 
@@ -136,8 +153,11 @@ def convert_gguf(path: str, cache_dir: str) -> str:
     start = time.perf_counter()
     logger.info("converting %s to a Hugging Face folder (once): %s", path, final)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        with no_progress_bars():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            loaded = AutoModelForCausalLM.from_pretrained(
+                folder, gguf_file=name, dtype=torch.float32
+            )
     except Exception as err:  # noqa: BLE001 - name the file and what failed
         raise ValueError(
             f"llm GGUF file {path!r} cannot be read by transformers: {type(err).__name__}: {err}"
@@ -172,8 +192,9 @@ def convert_gguf(path: str, cache_dir: str) -> str:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{os.path.basename(final)}-", dir=parent)
     try:
-        plain.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        with no_progress_bars():
+            plain.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         record = {
             "source": os.path.abspath(path),
             "sha256": file_digest(path),
