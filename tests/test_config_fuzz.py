@@ -513,9 +513,12 @@ def _report(name: str, tally: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="session")
 def builtin_model(model_cache):
-    """Build (or find) the built-in models once, so each mutation is fast."""
+    """Build (or find) the built-in models once, and convert the real model's GGUF file
+    where its wheel is installed, so each mutation is fast."""
     from ragen_rllib.models.resolve import resolve_model
 
+    with contextlib.suppress(FileNotFoundError, ImportError):
+        resolve_model("smollm2-135m-instruct")
     return resolve_model("builtin"), resolve_model("builtin-raw")
 
 

@@ -61,7 +61,16 @@ def test_the_warmed_model_is_trained_once_cached_and_loaded_by_the_run(monkeypat
     assert warmup.model_path(tiny_config()) != path  # no warm-up: the base model
 
 
-def test_a_warm_up_with_a_prefill_that_cannot_start_the_format_is_refused():
+def test_the_check_refuses_a_prefill_that_cannot_start_the_format_and_trains_nothing(
+    monkeypatch,
+):
+    """The config check (and so `rllib train --dry-run`) stays quick: the warm-up runs
+    in the algorithm's setup, not in the check."""
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the check must not run the warm-up")
+
+    monkeypatch.setattr(warmup, "train_format_warmup", no_training)
     with pytest.raises(ValueError, match=r"format_warmup_steps=3.*prefill '<answer>'"):
         tiny_config(format_warmup_steps=3, prefill="<answer>").check()
     tiny_config(format_warmup_steps=3, prefill="").check()

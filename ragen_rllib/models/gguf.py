@@ -23,6 +23,7 @@ imported, only its file is located through the distribution's metadata.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -94,7 +95,14 @@ def named_gguf_file(name: str) -> str:
 
 
 def file_digest(path: str) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    """sha256 of a file's bytes (remembered per process for the file's size and
+    modification time: every actor and check resolves ``llm`` again)."""
+    stat = os.stat(path)
+    return _digest(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -38,6 +38,7 @@ from ragen_rllib.env_runner.eval_suites import resolve_suites
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
 from ragen_rllib.models.hub import load_hub_config
+from ragen_rllib.models.resolve import resolve_model
 
 #: The estimators the reward_norm_* knobs apply to.
 _GROUP_BASELINE = [name for name, row in ESTIMATORS.items() if row.group_baseline]
@@ -355,10 +356,12 @@ def _check_vllm(config, bad: Callable[..., ValueError]) -> None:
 
 
 def check_model(config) -> None:
-    """Resolve ``llm`` (building the built-in model on first use); a missing local
-    path, or a hub id that cannot be loaded within seconds, raises FileNotFoundError.
-    Runs after :func:`check_values`, which has checked that ``llm`` is a string."""
-    model_path = config.llm_module_config()["model_path"]  # a missing local path raises
+    """Resolve ``llm`` (building the built-in model, or converting a GGUF file, on first
+    use); a missing local path, or a hub id that cannot be loaded within seconds,
+    raises FileNotFoundError. Runs after :func:`check_values`, which has checked that
+    ``llm`` is a string. The format warm-up is not run here (a dry run stays quick):
+    the algorithm's setup runs it."""
+    model_path = resolve_model(config.llm)  # a missing local path raises
     if not os.path.isdir(model_path):
         # A hub id: load its config now (from the cache, else from a reachable hub
         # within a deadline), so that an unreachable hub or a wrong id fails here,

@@ -270,6 +270,9 @@ class StarPO(SamplingMixin, Algorithm):
 
     def setup(self, config) -> None:
         import_env_modules(config)  # a Tune trial runs in its own process
+        # The format warm-up (format_warmup_steps) trains here, once, before the learner
+        # and the runner actors load the model; they find it in the cache.
+        model_path(config)
         super().setup(config)
         self._buffer = FreshnessBuffer(self.config.online_k, self.config.max_policy_lag)
         self._sample_stage = build_sample_pipeline(self.config)
