@@ -56,7 +56,7 @@ UNIT = {
     "gamma", "lambda", "gamma_turn", "lambda_turn", "gamma_token", "lambda_token",
     "max_env_error_share",
 }  # fmt: skip
-OPEN_UNIT = {"clip_low", "clip_high"}
+OPEN_UNIT = {"clip_low", "clip_high", "format_warmup_lr"}
 HALF_OPEN_UNIT = {"filter_keep_ratio", "top_p", "collapse_ema", "collapse_std_drop"}
 POSITIVE = {"lr", "critic_lr", "temperature"}
 NONNEG = {
@@ -98,7 +98,8 @@ SPECIAL = {
     "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",
     "env", "env_module", "env_config", "filter_value", "loss_agg", "reward_norm_method",
     "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
-    "max_tokens_per_microbatch", "env_mix",
+    "max_tokens_per_microbatch", "env_mix", "format_warmup_steps", "format_warmup_batch",
+    "prompt",
 }  # fmt: skip
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 NORM_METHODS = ("mean_std", "mean", "identity", "asym_clip")
@@ -118,7 +119,7 @@ CROSS_KEYS = {
     "online_k", "max_policy_lag", "async_rollouts", "filter_strategy", "filter_value",
     "filter_include_zero", "reward_norm_grouping", "reward_norm_method",
     "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
-    "env_mix", "filter_scope",
+    "env_mix", "filter_scope", "prefill", "format_warmup_steps", "prompt",
 }  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}
@@ -159,8 +160,14 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return v is None or (_num(v) and v > 1)
     if key in ("vf_clip", "grad_clip"):
         return v is None or (_num(v) and v > 0)
-    if key == "prefill":
+    if key == "prefill":  # with a format warm-up, only one that starts '<think>'
         return isinstance(v, str)
+    if key == "format_warmup_steps":  # > 0 needs a prefill that starts '<think>'
+        return _int(v) and 0 <= v <= 100_000
+    if key == "format_warmup_batch":
+        return _int(v) and 1 <= v <= 1024
+    if key == "prompt":  # null, or a mapping of parts (checked in depth)
+        return True if v is None else (None if isinstance(v, dict) else False)
     if key == "filter_value":  # its range depends on filter_strategy
         return v is None or _num(v)
     if key == "loss_agg":
@@ -190,7 +197,7 @@ def single_key_ok(key: str, v: Any) -> bool | None:
     if key == "env_mix":  # null (env alone) or entries; env and env_groups must agree
         if v is None:
             return True
-        entry_keys = {"env", "groups", "env_config", "name", "max_turns", "prompt_style"}
+        entry_keys = {"env", "groups", "env_config", "name", "max_turns", "prompt_style", "prompt"}
         if isinstance(v, list) and v and all(isinstance(e, dict) for e in v):
             if all(
                 set(e) <= entry_keys and e.get("env") in ENV_IDS and _int(e.get("groups"))
@@ -258,6 +265,9 @@ def valid_sample(key: str, rng: random.Random) -> Any:
             [None, [{"env": ENV_IDS[0], "groups": 2}, {"env": ENV_IDS[1], "groups": 2}]]
         ),
         "curriculum": rng.choice([None, [{"from_iteration": 0, "reset_options": {}}]]),
+        "format_warmup_steps": rng.choice([0, 1, 20]),
+        "format_warmup_batch": rng.choice([1, 8]),
+        "prompt": rng.choice([None, {"system": "Play the game."}, {"format_hint": "Be brief."}]),
     }[key]
 
 
@@ -462,6 +472,7 @@ def fuzz_example(example_path: Path, workdir: Path, n: int = MUTATIONS) -> dict[
     base_ok = base_rc == 0
     rng = random.Random(zlib.crc32(example_path.name.encode()))
     tally = {"invalid": 0, "accepted": 0, "rejected_named": 0, "maybe_rejected": 0}
+    tally["does_not_fit"] = 0
     failures, slowest = [], 0.0
     for i in range(n):
         m = mutate(example, rng, base_ok)
@@ -473,6 +484,13 @@ def fuzz_example(example_path: Path, workdir: Path, n: int = MUTATIONS) -> dict[
             continue
         slowest = max(slowest, seconds)
         error = _error_line(output)
+        # A dry run whose plan does not fit this machine exits 1 and names the knob to
+        # turn: the values were accepted, the memory verdict is the plan's (a change
+        # such as a longer max_context_tokens can make a real model's update too big).
+        too_big = rc == 1 and "a device does not fit" in output and "to fit:" in output
+        if too_big and m.verdict != "invalid":
+            tally["does_not_fit"] += 1
+            continue
         problem = None
         if "Traceback" in output:
             problem = "a traceback in the output"
@@ -506,7 +524,8 @@ def _report(name: str, tally: dict[str, Any]) -> str:
     return (
         f"{name}: {tally['mutations']} mutations, {tally['accepted']} accepted, "
         f"{tally['rejected_named']} rejected naming the key ({tally['invalid']} surely "
-        f"invalid, {tally['maybe_rejected']} possibly valid), {tally['failures']} failures, "
+        f"invalid, {tally['maybe_rejected']} possibly valid), {tally['does_not_fit']} "
+        f"planned too big for this machine, {tally['failures']} failures, "
         f"slowest {tally['slowest_s']} s"
     )
 
