@@ -126,9 +126,19 @@ def no_progress_bars() -> Iterator[None]:
 
     was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
+    # The GGUF reader draws its own tqdm bar, which that switch does not reach.
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - an older or newer transformers
+        gguf_utils = None
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is not None:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
+        if bar is not None:
+            gguf_utils.tqdm = bar
         if was_on:
             hf_logging.enable_progress_bar()
 
