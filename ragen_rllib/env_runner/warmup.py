@@ -139,6 +139,7 @@ def warmed_model(base: str, config: Any) -> str:
     final = os.path.join(default_cache_dir(), "warmup", name)
     if os.path.isfile(os.path.join(final, RECORD_FILE)):
         return final
+    _show_progress()
     os.makedirs(os.path.dirname(final), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=os.path.dirname(final))
     try:
@@ -158,6 +159,19 @@ def warmed_model(base: str, config: Any) -> str:
     return final
 
 
+def _show_progress() -> None:
+    """The warm-up takes minutes, usually in a Tune trial's process, where no handler
+    prints the project's INFO messages (the ``rllib`` command sets one up in its own
+    process only): give this module's logger one, so the console says what runs."""
+    if logger.hasHandlers() and logger.getEffectiveLevel() <= logging.INFO:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("ragen_rllib: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     """Train ``base`` for the run's warm-up steps and save it (with its tokenizer) to
     ``out``; returns the loss curve and timings."""
@@ -174,7 +188,12 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     losses = []
     start = time.perf_counter()
-    logger.info("format warm-up of %s: %d steps of %d examples (once; cached)", base, steps, batch)
+    logger.info(
+        "format warm-up of %s: %d steps of %d examples, once (minutes on a CPU; then cached)",
+        base,
+        steps,
+        batch,
+    )
     for step in range(steps):
         rows = examples[step * batch : (step + 1) * batch]
         width = max(len(p) + len(a) for p, a in rows)
@@ -192,7 +211,9 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
-        logger.info("format warm-up step %d/%d: loss %.3f", step + 1, steps, losses[-1])
+        if (step + 1) % 5 == 0 or step + 1 == steps:
+            logger.info("format warm-up step %d/%d: loss %.3f", step + 1, steps, losses[-1])
+    logger.info("format warm-up done in %.0f s", time.perf_counter() - start)
     model.eval()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
