@@ -191,7 +191,7 @@ def test_a_named_model_resolves_to_the_file_its_wheel_ships(monkeypatch, tmp_pat
         def locate_file(self, file):
             return path
 
-    monkeypatch.setattr(gguf_models.metadata, "distribution", lambda name: Dist())
+    monkeypatch.setattr(gguf_models, "_distribution", lambda name: Dist())
     monkeypatch.setitem(
         gguf_models.NAMED_GGUF,
         "tiny-named",

