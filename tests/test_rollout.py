@@ -351,6 +351,23 @@ def test_sampling_draws_tokens_with_their_probabilities():
     assert torch.allclose(freq, torch.tensor([0.625, 0, 0.375, 0, 0]), atol=0.01)
 
 
+def test_sampling_at_the_top_edge_picks_the_last_token_with_probability():
+    """A draw whose target rounds up to the total mass (index V from the search) falls
+    back to the last token of positive probability, never to a truncated one."""
+    from ragen_rllib.engines.base import SamplingParams
+    from ragen_rllib.engines.hf_engine import _sample
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.15, 0.05]] * 3)
+    logits = probs.clamp_min(1e-30).log()
+    gen = torch.Generator().manual_seed(0)
+    # 1.0 stands for a draw whose product with the total rounds up to it.
+    uniforms = torch.tensor([[1.0], [0.0], [0.9999]])
+    token, _ = _sample(logits, SamplingParams(temperature=1.0, top_p=0.8), gen, uniforms)
+    assert token.tolist() == [2, 0, 2]  # top-p keeps 0 and 2: the edge lands on 2
+    token, _ = _sample(logits, SamplingParams(temperature=1.0), gen, uniforms)
+    assert token.tolist() == [4, 0, 4]
+
+
 def test_a_first_prompt_is_encoded_once_per_sample(runner, monkeypatch):
     """The N trajectories of a group share their first prompt: it is encoded once, and
     every trajectory still holds those ids in a list of its own."""

@@ -112,7 +112,13 @@ def _sample(
         u = torch.rand((probs.shape[0], 1), generator=gen, device=probs.device)
     u = u.to(cdf.dtype)
     token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
-    token = torch.minimum(token, (probs > 0).cumsum(-1).argmax(-1))  # guard the top edge
+    # The first entry whose cdf exceeds the target always has a positive probability,
+    # so only a target rounded up to the total (index V) needs the last positive entry.
+    # Checked lazily: over the whole vocabulary each step it costs as much as sampling.
+    over = token >= probs.shape[-1]
+    if bool(over.any()):
+        last = (probs > 0).cumsum(-1).argmax(-1)
+        token = torch.where(over, last, token)
     return token, logp_all.gather(-1, token[:, None]).squeeze(-1)
 
 
