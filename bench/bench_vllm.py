@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kv-cache-gb", type=float, default=1.0)
     parser.add_argument("--engines", default="hf,vllm,vllm-no-prefix-cache")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     engines = args.engines.split(",")
     unknown = set(engines) - {"hf", "vllm", "vllm-no-prefix-cache", "vllm-compiled"}
@@ -131,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         for row in best.values():
             row["speed_vs_hf"] = round(best["hf"]["seconds"] / row["seconds"], 2)
     print(json.dumps(figures, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
     return 0
 
 

@@ -1,7 +1,9 @@
 """One GRPO iteration, this project's StarPO against TRL's GRPOTrainer, in one process.
 
-The same built-in model, the same Bandit first prompt (as the env runner renders
-it, prefill included), 8 prompts x 16 generations, at most 32 new tokens, one
+The same model (``--llm``: the built-in one by default, or any the config takes,
+e.g. ``smollm2-135m-instruct``), the same Bandit first prompt (as the env runner
+renders it, chat template and prefill included), P prompts x N generations (8 x 16
+by default), at most 32 new tokens, one
 optimizer step per iteration, no KL term (TRL's ``beta=0``), no filtering. The
 two run in alternating blocks of ``--steps`` iterations (the first of each block
 is a warm-up and not counted); the figure is each side's median seconds per
@@ -13,6 +15,7 @@ TRL runs without activation checkpointing (its default is on), as ours does.
 
     pip install -e ".[bench]"           # TRL, for this bench only
     python bench/bench_vs_trl.py
+    python bench/bench_vs_trl.py --llm smollm2-135m-instruct --groups 4 --group-size 8
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=6, help="iterations per block")
     parser.add_argument("--blocks", type=int, default=2, help="alternating blocks per side")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--llm", default="builtin")
+    parser.add_argument("--groups", type=int, default=8, help="P")
+    parser.add_argument("--group-size", type=int, default=16, help="N")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
     import ray
@@ -55,14 +63,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
     from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-    from ragen_rllib.models.resolve import resolve_model
+    from ragen_rllib.env_runner.warmup import model_path
 
-    groups, size, new_tokens = 8, 16, 32
+    groups, size, new_tokens = args.groups, args.group_size, args.max_new_tokens
     ray.init(num_cpus=args.threads, include_dashboard=False, log_to_driver=False)
     config = StarPOConfig.from_user_dict(
         {
             "env": "ragen/Bandit-v0",
-            "llm": "builtin",
+            "llm": args.llm,
             "env_groups": groups,
             "group_size": size,
             "max_turns": 1,
@@ -77,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     algo = config.build_algo()
 
-    # TRL gets the same first prompt as text (the built-in tokenizer encodes it back
-    # to the same ids) and a reward in the same spirit as the env's.
+    # TRL gets the same first prompt as text (checked to encode back to the same ids)
+    # and a reward in the same spirit as the env's.
     runner: LLMEnvRunner = algo.env_runner
     first = runner.sample()[0]
     prompt_ids = first.segments[0].input_ids[: first.turn_spans[0][1]]
-    path = resolve_model("builtin")
+    path = model_path(config)
     tok = AutoTokenizer.from_pretrained(path)
     prompt = tok.decode(prompt_ids)
     assert tok.encode(prompt, add_special_tokens=False) == prompt_ids, "prompt does not round-trip"
@@ -159,26 +167,23 @@ def main(argv: list[str] | None = None) -> int:
     algo.stop()
     med_ours, med_trl = statistics.median(ours), statistics.median(trl_times)
     trl_rest = [t - g for t, g in zip(trl_times, generate_trl, strict=True)]
-    print(
-        json.dumps(
-            {
-                "setup": f"Bandit first prompt ({len(prompt_ids)} tokens), {groups} x {size}, "
-                f"<= {new_tokens} new tokens, {args.threads} threads",
-                "ours_s_per_iteration": round(med_ours, 3),
-                "trl_s_per_step": round(med_trl, 3),
-                "ours_over_trl": round(med_ours / med_trl, 2),
-                "ours_stages_median_s": {
-                    k: round(statistics.median(v), 3) for k, v in stages.items()
-                },
-                "trl_stages_median_s": {
-                    "generate_and_score_s": round(statistics.median(generate_trl), 3),
-                    "rest_of_step_s": round(statistics.median(trl_rest), 3),
-                },
-                "samples": {"ours": len(ours), "trl": len(trl_times)},
-            },
-            indent=2,
-        )
-    )
+    figures = {
+        "setup": f"{args.llm}, Bandit first prompt ({len(prompt_ids)} tokens), "
+        f"{groups} x {size}, <= {new_tokens} new tokens, {args.threads} threads",
+        "ours_s_per_iteration": round(med_ours, 3),
+        "trl_s_per_step": round(med_trl, 3),
+        "ours_over_trl": round(med_ours / med_trl, 2),
+        "ours_stages_median_s": {k: round(statistics.median(v), 3) for k, v in stages.items()},
+        "trl_stages_median_s": {
+            "generate_and_score_s": round(statistics.median(generate_trl), 3),
+            "rest_of_step_s": round(statistics.median(trl_rest), 3),
+        },
+        "samples": {"ours": len(ours), "trl": len(trl_times)},
+    }
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
     return 0
 
 
