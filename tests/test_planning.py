@@ -157,6 +157,39 @@ def test_a_checkpointed_critic_adds_its_layer_inputs_not_a_second_recomputed_lay
     assert full["critic activations"] == full["activations (one micro-batch)"]
 
 
+def test_single_turn_groups_encode_their_prompt_once_per_microbatch():
+    """P groups of N answers to one prompt each: the actor's transformer runs each
+    prompt once and every row's answer (the learner's shared-prompt path); not with
+    several turns, checkpointing or FSDP, which encode every row in full."""
+    base = dict(
+        env="ragen/Bandit-v0", max_turns=1, env_groups=4, group_size=8, minibatch_size=32,
+        max_context_tokens=256, max_new_tokens=24, max_tokens_per_microbatch=None,
+    )  # fmt: skip
+    load = workload(tiny_config(**base), 1)
+    assert load.rows_per_microbatch == 32 and load.shared_prompts == 4
+    assert load.microbatch_tokens == 4 * (256 - 24) + 32 * 24
+    assert load.full_tokens == 32 * 256
+    for other in ({"max_turns": 3}, {"gradient_checkpointing": True}):
+        load = workload(tiny_config(**{**base, **other}), 1)
+        assert load.shared_prompts == 0 and load.microbatch_tokens == load.full_tokens
+    fsdp = tiny_config(**base, num_learners=2, learner_strategy="fsdp")
+    assert workload(fsdp, 2).shared_prompts == 0
+
+
+def test_a_cpu_plan_counts_rays_processes_and_the_evaluation_batch():
+    """On CPU memory the driver's figure holds Ray's own processes (what a process-tree
+    RSS reads), and a run that evaluates gets an evaluation phase whose engine holds
+    min(states x samples, rollout_batch_size) rows."""
+    shape = known_shape(QWEN)
+    cpu = Hardware(1, 0, None, "this machine", cpu_bytes=64 * GIB)
+    config = tiny_config(eval_interval=5, eval_num_states=300, max_context_tokens=512)
+    dev = plan(config, shape, cpu).devices[0]
+    assert "Ray (head node)" in {x.component for x in dev.phases["update"]}
+    kv = {x.component: x.note for x in dev.phases["evaluation"]}["engine KV buffer"]
+    assert kv == f"{config.rollout_batch_size} rows x 512 tokens"
+    assert "evaluation" not in plan(tiny_config(eval_interval=0), shape, cpu).devices[0].phases
+
+
 def test_more_gpus_than_there_are_is_a_clear_error():
     config = sokoban(num_learners=2, num_env_runners=1, num_gpus_per_env_runner=1)
     assert gpus_asked(config) == 3

@@ -42,6 +42,10 @@ GIB = 1 << 30
 GPU_RUNTIME_BYTES = int(1.0 * GIB)
 #: A CPU process of this project after importing torch, transformers and Ray.
 CPU_RUNTIME_BYTES = int(0.5 * GIB)
+#: Ray's own processes on the head node: raylet, GCS, dashboard, log monitor,
+#: autoscaler monitor, dashboard and runtime-env agents, and two idle workers
+#: (measured with `ps` beside a run on a 2-CPU machine: 0.50 GB + 2 x 0.08 GB).
+RAY_HEAD_BYTES = int(0.62 * GIB)
 #: The learner scores this many response positions at a time through the LM head.
 LM_HEAD_CHUNK = 1024
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
@@ -66,10 +70,23 @@ class Workload:
     response_tokens: int  # generated tokens of that sequence at most
     rows_per_microbatch: int  # training sequences in one forward/backward pass
     sequences: int  # P x N trajectories sampled per iteration
+    #: Prompts the actor encodes once for all the rows of a micro-batch that share
+    #: them (single-turn groups); 0: every row is encoded in full.
+    shared_prompts: int = 0
+    evaluation_rows: int = 0  # rows the engine holds at once while evaluating
+
+    @property
+    def full_tokens(self) -> int:
+        """Tokens of one micro-batch with every row encoded in full (the critic's)."""
+        return self.rows_per_microbatch * self.trajectory_tokens
 
     @property
     def microbatch_tokens(self) -> int:
-        return self.rows_per_microbatch * self.trajectory_tokens
+        """Tokens the actor's transformer runs in one micro-batch."""
+        if not self.shared_prompts:
+            return self.full_tokens
+        prompt = self.trajectory_tokens - self.response_tokens
+        return self.shared_prompts * prompt + self.rows_per_microbatch * self.response_tokens
 
 
 def workload(
@@ -87,7 +104,25 @@ def workload(
     rows = per_learner
     if config.max_tokens_per_microbatch:
         rows = max(1, min(per_learner, config.max_tokens_per_microbatch // tokens))
-    return Workload(tokens, response, rows, config.env_groups * config.group_size)
+    # The N answers of a group to one prompt: the actor encodes the prompt once per
+    # micro-batch (rows are sorted by length, so a micro-batch may hold every group).
+    # Not with gradient checkpointing or FSDP, which encode every row in full.
+    shared = 0
+    fsdp = config.learner_strategy == "fsdp" and num_learners > 1
+    single_turn = config.max_turns == 1 and config.group_size > 1
+    if single_turn and not config.gradient_checkpointing and not fsdp:
+        groups = -(-config.env_groups // num_learners)
+        shared = min(rows, groups)
+        # The learner shares only when that saves a fifth of the tokens or more.
+        if shared * (tokens - response) + rows * response > 0.8 * rows * tokens:
+            shared = 0
+    evaluation = 0
+    if config.eval_interval or config.eval_suites:
+        samples = max(1, config.eval_samples_per_state)
+        evaluation = min(config.eval_num_states * samples, config.rollout_batch_size)
+    return Workload(
+        tokens, response, rows, config.env_groups * config.group_size, shared, evaluation
+    )
 
 
 def layer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int) -> int:
@@ -104,12 +139,19 @@ def layer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int) -> 
 def activation_line(shape: ModelShape, load: Workload, dtype_bytes: int, checkpointing: bool):
     t = load.microbatch_tokens
     full = shape.layers * layer_activation_bytes(shape, t, dtype_bytes)
-    kept_inputs = shape.layers * t * shape.hidden * dtype_bytes
-    # One layer recomputed at a time, on top of the kept inputs.
-    ckpt = kept_inputs + layer_activation_bytes(shape, t, dtype_bytes)
+    # With checkpointing every row is encoded in full (no shared prompts); one layer
+    # is recomputed at a time, on top of the kept inputs.
+    f = load.full_tokens
+    kept_inputs = shape.layers * f * shape.hidden * dtype_bytes
+    ckpt = kept_inputs + layer_activation_bytes(shape, f, dtype_bytes)
     used, other = (ckpt, full) if checkpointing else (full, ckpt)
+    shared = (
+        f", {load.shared_prompts} shared prompts encoded once ({t:,} tokens)"
+        if load.shared_prompts
+        else ""
+    )
     note = (
-        f"{load.rows_per_microbatch} x {load.trajectory_tokens} tokens; "
+        f"{load.rows_per_microbatch} x {load.trajectory_tokens} tokens{shared}; "
         f"checkpointing {'on' if checkpointing else 'off'} ({fmt_bytes(other)} with it "
         f"{'off' if checkpointing else 'on'})"
     )
@@ -173,9 +215,9 @@ def learner_lines(config, shape: ModelShape, num_learners: int, load: Workload) 
         # With checkpointing both models keep their layer inputs, and the backward
         # pass recomputes one layer of one model at a time (counted in ``act``).
         critic_act = (
-            shape.layers * load.microbatch_tokens * shape.hidden * compute_bytes
+            shape.layers * load.full_tokens * shape.hidden * compute_bytes
             if checkpointing
-            else act.bytes
+            else shape.layers * layer_activation_bytes(shape, load.full_tokens, compute_bytes)
         )
         lines.append(Line("critic activations", critic_act, "the same micro-batch"))
     if config.kl_coeff and not config.lora_rank:

@@ -29,6 +29,7 @@ from ragen_rllib.planning.memory import (
     CPU_RUNTIME_BYTES,
     GIB,
     GPU_RUNTIME_BYTES,
+    RAY_HEAD_BYTES,
     Line,
     engine_lines,
     fmt_bytes,
@@ -239,16 +240,25 @@ def plan(config, shape: ModelShape, hw: Hardware, trajectory_tokens: int | None 
         )
     pieces.append(Piece("driver", node, gpu, " + ".join(holds) or "coordination", why))
     dev = device(node, gpu, f"node {node} driver (CPU memory)")
+    ray = [Line("Ray (head node)", RAY_HEAD_BYTES, "raylet, GCS, dashboard, agents, workers")]
+    ray = ray if gpu == "-" else []  # CPU memory: the figure a process-tree RSS reads
+    evaluating = None
+    if load.evaluation_rows:
+        evaluating = engine_lines(config, shape, load.evaluation_rows, hw.gpu_bytes, False)
     if config.num_learners == 0:
         if runners == 0:
-            dev.phases["rollout"] = [runtime, *resident, *engine]
-            dev.phases["update"] = [runtime, *learn, *asleep]
+            dev.phases["rollout"] = [runtime, *ray, *resident, *engine]
+            dev.phases["update"] = [runtime, *ray, *learn, *asleep]
+            if evaluating:
+                dev.phases["evaluation"] = [runtime, *ray, *resident, *evaluating]
         else:
-            dev.phases["update"] = [runtime, *learn]
+            dev.phases["update"] = [runtime, *ray, *learn]
     elif runners == 0:
-        dev.phases["rollout"] = [runtime, *engine]
+        dev.phases["rollout"] = [runtime, *ray, *engine]
+        if evaluating:
+            dev.phases["evaluation"] = [runtime, *ray, *evaluating]
     else:
-        dev.phases["coordination"] = [runtime]
+        dev.phases["coordination"] = [runtime, *ray]
 
     for i in range(config.num_learners):
         node, gpu = slots.take(config.num_gpus_per_learner, f"learner {i}")
@@ -282,6 +292,10 @@ def plan(config, shape: ModelShape, hw: Hardware, trajectory_tokens: int | None 
                 )
         dev = device(node, gpu, f"node {node} runner {i + 1} (CPU memory)")
         dev.phases.setdefault("rollout", []).extend([runtime, *lines])
+        if load.evaluation_rows and not (gpu != "-" and config.engine == "vllm"):
+            share = -(-load.evaluation_rows // runners)
+            evaluation = engine_lines(config, shape, share, hw.gpu_bytes, shares_weights=False)
+            dev.phases.setdefault("evaluation", []).extend([runtime, *evaluation])
     if hw.nodes > 1 and config.learner_strategy == "fsdp" and config.num_learners > 1:
         spanned = {p.node for p in pieces if p.name.startswith("learner")}
         if len(spanned) > 1:
