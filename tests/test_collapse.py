@@ -153,6 +153,42 @@ def test_a_non_finite_gradient_counts_as_a_spike():
     assert fired is not None and fired[0] == 51 and "grad_norm is nan" in fired[1]
 
 
+def test_one_nan_spread_does_not_silence_the_warning():
+    """A missing (NaN) in-group std at one iteration leaves the EMA as it was: the
+    warning still fires where it fires without it."""
+
+    def run(std):
+        return stream(60, std=std, kl=lambda i: 0.01 if i < 40 else 0.5, grad=lambda i: 1.0)[1]
+
+    clean = run(lambda i: 0.4 if i < 30 else 0.01)
+    holed = run(lambda i: float("nan") if i == 3 else (0.4 if i < 30 else 0.01))
+    assert clean is not None and holed is not None and holed[0] == clean[0], (clean, holed)
+
+
+def test_non_finite_log_likelihoods_make_every_figure_nan():
+    """A NaN must not read as a perfect retrieval nor as a z-score of 0."""
+    for bad in (math.nan, -math.inf):
+        info = pair_information([[bad, 0.0, 0.0], [0.0, bad, 0.0], [0.0, 0.0, bad]], [1, 1, 1], k=2)
+        figures = (info.mutual_information, info.mi_zscore, info.conditional_entropy)
+        figures += (info.retrieval_acc_at_1, info.retrieval_acc_at_k)
+        assert all(math.isnan(x) for x in figures), info
+
+
+def test_tied_scores_count_as_chance():
+    """Equal scores everywhere: the prompt does not single out its reasoning, and
+    retrieval is at chance (k / M), not at 0."""
+    info = pair_information(torch.zeros(M, M), torch.ones(M), k=3)
+    assert info.retrieval_acc_at_1 == pytest.approx(1 / M)
+    assert info.retrieval_acc_at_k == pytest.approx(3 / M)
+    # One prompt tied with the own one: rank 1 or 2 with equal odds.
+    L = torch.full((3, 3), -5.0)
+    L.fill_diagonal_(0.0)
+    L[1, 0] = 0.0  # prompt 1 scores reasoning 0 as well as prompt 0 does
+    info = pair_information(L, torch.ones(3), k=2)
+    assert info.retrieval_acc_at_1 == pytest.approx((0.5 + 1 + 1) / 3)
+    assert info.retrieval_acc_at_k == pytest.approx(1.0)
+
+
 # ----- in the algorithm: the metrics, the warning and the guard -------------------------
 GUARD_SCRIPT = """
 import json, os, ray

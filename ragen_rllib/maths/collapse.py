@@ -100,7 +100,14 @@ def pair_information(
       averaged over j (0 when the mismatched scores do not vary).
     * conditional entropy per token: ``-sum_j L[j, j] / sum_j tokens[j]``.
     * retrieval accuracy@k: the share of reasonings whose own prompt is among the k
-      prompts that score them highest (chance: k / M).
+      prompts that score them highest (chance: k / M). Prompts that score a
+      reasoning exactly as its own prompt does are a tie, broken at random: the
+      own prompt counts with the probability that a random order of the tied
+      ones puts it among the k (equal scores everywhere give chance, k / M).
+
+    A log-likelihood that is not finite (NaN, or -inf from an overflow) makes every
+    figure NaN: it is a fault of the scoring, and a number computed around it would
+    hide it.
     """
     L = torch.as_tensor(loglik, dtype=torch.float64)
     if L.dim() != 2 or L.shape[0] != L.shape[1] or L.shape[0] < 2:
@@ -109,6 +116,10 @@ def pair_information(
     tokens = torch.as_tensor(tokens, dtype=torch.float64)
     if tokens.shape != (m,) or bool((tokens <= 0).any()):
         raise ValueError(f"tokens must hold {m} positive counts, got {tokens.tolist()}")
+    k = max(1, min(k, m))
+    if not bool(torch.isfinite(L).all()):
+        nan = math.nan
+        return PairInformation(nan, nan, nan, nan, nan, k=k, chance_at_1=1.0 / m)
     matched = L.diagonal()
     marginal = torch.logsumexp(L, dim=0) - math.log(m)  # log mean_i p(z_j | x_i)
     mi = float((matched - marginal).mean())
@@ -118,15 +129,20 @@ def pair_information(
     spread = mismatched.std(dim=1, unbiased=True) if m > 2 else torch.zeros_like(matched)
     gap = matched - mismatched.mean(dim=1)
     z = torch.where(spread > 1e-12, gap / spread.clamp_min(1e-12), torch.zeros_like(gap))
-    k = max(1, min(k, m))
-    # Rank of the own prompt among the prompts, by score (ties count against it).
-    beaten = (L > matched[None, :]).sum(dim=0) + ((L == matched[None, :]) & off).sum(dim=0)
+    # Prompts scoring a reasoning above its own, and those tied with it: in a random
+    # order of the tied ones the own prompt is at rank above + 1 .. above + tied + 1.
+    above = (L > matched[None, :]).sum(dim=0).double()
+    tied = ((L == matched[None, :]) & off).sum(dim=0).double()
+
+    def among_top(n: int) -> float:
+        return float(((n - above) / (tied + 1)).clamp(0.0, 1.0).mean())
+
     return PairInformation(
         mutual_information=mi,
         mi_zscore=float(z.mean()),
         conditional_entropy=float(-matched.sum() / tokens.sum()),
-        retrieval_acc_at_1=float((beaten < 1).double().mean()),
-        retrieval_acc_at_k=float((beaten < k).double().mean()),
+        retrieval_acc_at_1=among_top(1),
+        retrieval_acc_at_k=among_top(k),
         k=k,
         chance_at_1=1.0 / m,
     )
@@ -180,8 +196,11 @@ class EarlyWarning:
         self.iteration += 1
         values = {"step_kl": step_kl, "grad_norm": grad_norm, "entropy": entropy}
         limits = {"step_kl": self.spike, "grad_norm": self.spike, "entropy": self.entropy_spike}
-        std = self._smooth("in_group_std", in_group_std)
-        self.peak_std = max(self.peak_std, std)
+        if math.isfinite(in_group_std):
+            std = self._smooth("in_group_std", in_group_std)
+            self.peak_std = max(self.peak_std, std)
+        else:  # a missing or NaN spread leaves the EMA (and so the rule) as it was
+            std = self.ema.get("in_group_std", math.nan)
         spikes = []
         for key, value in values.items():
             if not math.isfinite(value):
