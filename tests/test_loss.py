@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
-from ragen_rllib.maths.losses import LOG_RATIO_BOUND, kl_penalty, policy_loss
+from ragen_rllib.maths.losses import (
+    LOG_RATIO_BOUND,
+    kl_penalty,
+    policy_loss,
+    token_logprobs_and_entropy,
+)
 
 F64 = torch.float64
 
@@ -30,11 +35,24 @@ def test_an_extreme_log_ratio_gives_a_finite_gradient(advantage):
     loss.backward()
     assert torch.isfinite(loss)
     assert torch.isfinite(logp_new.grad).all(), logp_new.grad
-    # The clamped token's ratio is exp(20), far outside the clip range: clipping cuts
-    # its gradient; the other tokens keep theirs.
+    # The clamped token's ratio is exp(20): the clamp gives it no gradient (with a
+    # negative advantage and no dual clip, one the unclipped objective would have;
+    # dropped on purpose, see maths/losses.py); the other tokens keep theirs.
     assert logp_new.grad[0, 1] == 0.0
     assert logp_new.grad[0, 0] != 0.0
     assert stats["ratio_max"] == pytest.approx(math.exp(LOG_RATIO_BOUND), rel=1e-5)
+
+
+def test_a_masked_vocabulary_entry_leaves_the_entropy_finite():
+    """A logit of -inf (a masked entry) has probability 0 and adds 0 to the entropy,
+    not 0 * -inf = NaN; the gradient stays finite too."""
+    logits = torch.tensor([[[0.0, 1.0, -math.inf]]], requires_grad=True)
+    logp, entropy = token_logprobs_and_entropy(logits, torch.tensor([[1]]))
+    p = torch.softmax(torch.tensor([0.0, 1.0]), -1)
+    assert entropy.item() == pytest.approx(float(-(p * p.log()).sum()), rel=1e-6)  # 0.582
+    assert entropy.item() == pytest.approx(0.582, abs=1e-3)
+    (logp.sum() + entropy.sum()).backward()
+    assert torch.isfinite(logits.grad).all(), logits.grad
 
 
 @pytest.mark.parametrize("kind", ["k3", "k3_st"])

@@ -12,9 +12,16 @@ inf/nan there is harmless).
 
 Log-ratios are clamped to [-LOG_RATIO_BOUND, LOG_RATIO_BOUND] before ``exp``:
 exp(88.7) overflows float32, and an infinite ratio turns the backward pass into
-NaN even where the loss stays finite. Inside the bound every ratio is exact; a
-token outside it has a ratio far beyond any clip range, so PPO's clipping has
-already cut its gradient, and the clamp only keeps the arithmetic finite.
+NaN even where the loss stays finite. Inside the bound every ratio is exact. A
+token outside it gets no gradient at all from the surrogate (the clamp's
+gradient is 0 there), and its loss term is the bound's ratio times the
+advantage. In most cases PPO's clipping would have cut that gradient anyway;
+the exception is a negative advantage with a log-ratio above the bound and no
+dual clip (``dual_clip: null``), where the unclipped objective's gradient is
+|A| e^lr, more than 5e8 |A|. The code drops it on purpose: a token whose
+probability rose e^20-fold since sampling is a numerical fault or a stale
+sample, and one such gradient would swamp the whole step (``dual_clip`` bounds
+the same case by design).
 """
 
 from __future__ import annotations
@@ -227,7 +234,10 @@ def _logp_entropy_chunk(
     # Per chunk this is exactly the naive computation, so results match it bit for bit.
     logsm = torch.log_softmax(x, dim=-1)  # [B, c, V]
     logp = logsm.gather(-1, targets[..., None]).squeeze(-1)  # [B, c]
-    entropy = -(logsm.exp() * logsm).sum(dim=-1)  # [B, c]
+    # A masked entry (logit -inf) has p = 0 and log p = -inf: its term is 0, not
+    # 0 * -inf = NaN. The finite terms are the naive products, bit for bit.
+    finite_logsm = torch.where(torch.isfinite(logsm), logsm, torch.zeros_like(logsm))
+    entropy = -(logsm.exp() * finite_logsm).sum(dim=-1)  # [B, c]
     return logp, entropy
 
 
