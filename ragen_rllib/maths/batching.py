@@ -66,6 +66,11 @@ def minibatch_plan(
     return plan
 
 
+#: The learner encodes a prompt shared by several rows once only when that saves at
+#: least this share of the batch's tokens (the memory planner models the same rule).
+MIN_SHARED_SAVING = 0.2
+
+
 def microbatch_rows(lengths: list[int], max_tokens: int | None) -> list[list[int]]:
     """Split rows of the given token lengths into micro-batches  # -> row indices.
 

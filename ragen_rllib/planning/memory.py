@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ragen_rllib.maths.batching import MIN_SHARED_SAVING
 from ragen_rllib.planning.shapes import ModelShape
 
 GIB = 1 << 30
@@ -113,8 +114,9 @@ def workload(
     if single_turn and not config.gradient_checkpointing and not fsdp:
         groups = -(-config.env_groups // num_learners)
         shared = min(rows, groups)
-        # The learner shares only when that saves a fifth of the tokens or more.
-        if shared * (tokens - response) + rows * response > 0.8 * rows * tokens:
+        # The learner shares only when that saves enough of the tokens.
+        saved = rows * tokens - (shared * (tokens - response) + rows * response)
+        if saved < MIN_SHARED_SAVING * rows * tokens:
             shared = 0
     evaluation = 0
     if config.eval_interval or config.eval_suites:

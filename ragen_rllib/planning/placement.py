@@ -38,6 +38,7 @@ from ragen_rllib.planning.memory import (
 )
 from ragen_rllib.planning.shapes import ModelShape
 
+RAY_HEAD_NOTE = "raylet, GCS, dashboard, agents, workers"
 #: What ``engine_sleep_level`` does to the engine's memory during the update.
 RESIDENT = {"weights (fp32 master)", "weights (frozen base)", "weights (LoRA adapters, fp32)"}
 RESIDENT |= {"AdamW moments (fp32)", "critic (weights, gradients, AdamW)", "KL reference (frozen)"}
@@ -240,11 +241,13 @@ def plan(config, shape: ModelShape, hw: Hardware, trajectory_tokens: int | None 
         )
     pieces.append(Piece("driver", node, gpu, " + ".join(holds) or "coordination", why))
     dev = device(node, gpu, f"node {node} driver (CPU memory)")
-    ray = [Line("Ray (head node)", RAY_HEAD_BYTES, "raylet, GCS, dashboard, agents, workers")]
-    ray = ray if gpu == "-" else []  # CPU memory: the figure a process-tree RSS reads
+    # On CPU memory, what a process-tree RSS of the run reads holds Ray's own processes.
+    ray = [] if gpu != "-" else [Line("Ray (head node)", RAY_HEAD_BYTES, RAY_HEAD_NOTE)]
     evaluating = None
     if load.evaluation_rows:
-        evaluating = engine_lines(config, shape, load.evaluation_rows, hw.gpu_bytes, False)
+        evaluating = engine_lines(
+            config, shape, load.evaluation_rows, hw.gpu_bytes, shares_weights=False
+        )
     if config.num_learners == 0:
         if runners == 0:
             dev.phases["rollout"] = [runtime, *ray, *resident, *engine]

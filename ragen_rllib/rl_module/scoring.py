@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ragen_rllib.maths.batching import MIN_SHARED_SAVING
 from ragen_rllib.maths.losses import selected_logprobs_and_entropy
 from ragen_rllib.rl_module import packing
 from ragen_rllib.rl_module.packing import Packed, packed_hidden
@@ -91,10 +92,6 @@ def _checkpointing(model: nn.Module) -> bool:
         if hasattr(type(model), name):
             return bool(getattr(model, name))
     return False
-
-
-#: Share prompts only when that saves at least this share of the batch's tokens.
-MIN_SHARED_SAVING = 0.2
 
 
 def _shared_prefix_hidden(
