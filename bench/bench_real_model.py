@@ -85,14 +85,20 @@ def transformer_params(model) -> tuple[int, int]:
     return total - embed - (0 if tied else head), head
 
 
-def part_update(args, peak_gflops: float) -> dict:
-    import ray
-    import torch
-
+def example_config(args):
+    """(name, config) of ``--file``'s first experiment, ``--config`` merged in."""
     from ragen_rllib.cli.experiments import build_config, load_experiments
 
     name, exp = next(iter(load_experiments(args.file).items()))
     config, _ = build_config(exp, json.loads(args.config) if args.config else {})
+    return name, config
+
+
+def part_update(args, peak_gflops: float) -> dict:
+    import ray
+    import torch
+
+    name, config = example_config(args)
     config.eval_interval = 0
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     algo = config.build_algo()
@@ -152,11 +158,9 @@ def part_forward(args, peak_gflops: float) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ragen_rllib.cli.experiments import build_config, load_experiments
     from ragen_rllib.env_runner.warmup import model_path
 
-    _, exp = next(iter(load_experiments(args.file).items()))
-    config, _ = build_config(exp, json.loads(args.config) if args.config else {})
+    _, config = example_config(args)
     path = model_path(config)
     batch, length = config.env_groups * config.group_size, args.prompt_tokens
     ids = torch.randint(100, 1000, (batch, length))
@@ -216,10 +220,7 @@ def part_rollout(args) -> dict:
     python = args.vllm_python
     if not python or not Path(python).exists():
         return {"skipped": f"no vLLM python ({python!r}); give --vllm-python"}
-    from ragen_rllib.cli.experiments import build_config, load_experiments
-
-    _, exp = next(iter(load_experiments(args.file).items()))
-    config, _ = build_config(exp, json.loads(args.config) if args.config else {})
+    _, config = example_config(args)
     cmd = [
         python,
         str(HERE / "bench_vllm.py"),
