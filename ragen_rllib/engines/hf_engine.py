@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from ragen_rllib.console import no_progress_bars
 from ragen_rllib.engines.base import GenerateRequest, Generation, RolloutEngine, SamplingParams
 
 
@@ -157,9 +158,9 @@ class HFEngine(RolloutEngine):
     ) -> None:
         from transformers import AutoModelForCausalLM
 
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=getattr(torch, dtype)
-        ).to(device)
+        with no_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.model = model.to(device)
         self.model.eval()
         self.model.requires_grad_(False)
         self.eos_token_id = int(eos_token_id)

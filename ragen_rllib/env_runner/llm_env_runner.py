@@ -28,6 +28,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from ragen_rllib.console import quiet
 from ragen_rllib.distributed.wire import from_wire, is_wire
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.engines.factory import make_engine
@@ -53,6 +54,7 @@ from ragen_rllib.maths.seeding import mix_seed, training_group_seeds
 from ragen_rllib.models.lora import AdapterMerger, LoraSettings
 
 logger = logging.getLogger(__name__)
+quiet()
 
 
 def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:

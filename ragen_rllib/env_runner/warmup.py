@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from ragen_rllib.console import no_progress_bars
 from ragen_rllib.env_runner.env_loading import make_eval_env
 from ragen_rllib.env_runner.env_mix import format_of, mix_entries
 from ragen_rllib.env_runner.prompts import ChatFormat, render_turn, with_instructions
 from ragen_rllib.models.builtin import default_cache_dir
-from ragen_rllib.models.gguf import no_progress_bars
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.models.transcripts import random_answer
 
@@ -179,7 +179,8 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    with no_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     model.train()
     torch.manual_seed(config.seed or 0)
     steps, batch = config.format_warmup_steps, config.format_warmup_batch

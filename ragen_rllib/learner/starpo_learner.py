@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
+from ragen_rllib.console import no_progress_bars, quiet
 from ragen_rllib.distributed.collectives import agreed_count, full
 from ragen_rllib.learner.fsdp import FSDPLearnerMixin
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
@@ -32,6 +33,7 @@ from ragen_rllib.maths.batching import fill_plan, microbatch_rows, num_minibatch
 from ragen_rllib.rl_module.scoring import response_logprobs
 
 logger = logging.getLogger(__name__)
+quiet()
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -71,9 +73,11 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
             from transformers import AutoModelForCausalLM
 
             cfg = self.config.llm_module_config()
-            self._reference = AutoModelForCausalLM.from_pretrained(
-                cfg["model_path"], dtype=getattr(torch, cfg["dtype"])
-            ).to(self._device)
+            with no_progress_bars():
+                reference = AutoModelForCausalLM.from_pretrained(
+                    cfg["model_path"], dtype=getattr(torch, cfg["dtype"])
+                )
+            self._reference = reference.to(self._device)
             self._reference.eval().requires_grad_(False)
 
     def _unwrapped(self, module_id: str):

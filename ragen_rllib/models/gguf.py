@@ -22,7 +22,6 @@ imported, only its file is located through the distribution's metadata.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -31,9 +30,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
+
+from ragen_rllib.console import no_progress_bars
 
 logger = logging.getLogger(__name__)
 
@@ -122,31 +122,6 @@ def converted_dir(path: str, cache_dir: str) -> str:
     stem = os.path.basename(path)[: -len(".gguf")]
     safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in stem)[:80]
     return os.path.join(cache_dir, "gguf", f"{safe}-{key}")
-
-
-@contextlib.contextmanager
-def no_progress_bars() -> Iterator[None]:
-    """transformers draws no progress bar inside (loading, dequantising, saving): the
-    console gets this project's one-line log messages instead."""
-    from transformers.utils import logging as hf_logging
-
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    # The GGUF reader draws its own tqdm bar, which that switch does not reach.
-    try:
-        from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    except ImportError:  # pragma: no cover - an older or newer transformers
-        gguf_utils = None
-    bar = getattr(gguf_utils, "tqdm", None)
-    if bar is not None:
-        gguf_utils.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        if bar is not None:
-            gguf_utils.tqdm = bar
-        if was_on:
-            hf_logging.enable_progress_bar()
 
 
 def _require_gguf_reader() -> None:

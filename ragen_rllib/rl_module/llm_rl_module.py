@@ -30,6 +30,7 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 
+from ragen_rllib.console import no_progress_bars, quiet
 from ragen_rllib.distributed.collectives import full, is_sharded
 from ragen_rllib.models.lora import LoraSettings, adapter_weights
 from ragen_rllib.models.lora import wrap as wrap_lora
@@ -42,16 +43,7 @@ _ACTOR = "actor."
 logger = logging.getLogger(__name__)
 
 
-class _HideRLModuleConfigDeprecation(logging.Filter):
-    """Ray 2.60's RLModule.__init__ builds a deprecated RLModuleConfig for every module,
-    which logs a deprecation warning that no caller can act on (this module passes
-    only the new constructor arguments). Only that one message is hidden."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "RLModuleConfig object" not in record.getMessage()
-
-
-logging.getLogger("ray._common.deprecation").addFilter(_HideRLModuleConfigDeprecation())
+quiet()
 
 
 class LLMRLModule(TorchRLModule, ValueFunctionAPI):
@@ -67,13 +59,17 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         # away. "bfloat16" is the compute dtype, through autocast, as in mixed precision.
         self.compute_dtype = getattr(torch, cfg.get("dtype", "float32"))
         self.temperature = float(cfg.get("temperature", 1.0)) or 1.0
-        self.actor = AutoModelForCausalLM.from_pretrained(cfg["model_path"], dtype=torch.float32)
+        with no_progress_bars():
+            self.actor = AutoModelForCausalLM.from_pretrained(
+                cfg["model_path"], dtype=torch.float32
+            )
         self.actor.config.use_cache = False
         self.has_critic = bool(cfg.get("critic", False)) and not self.inference_only
         if self.has_critic:
             # A separate critic network, as in the paper: the same architecture
             # (initialised from the same weights) with a scalar value head.
-            self.critic = AutoModel.from_pretrained(cfg["model_path"], dtype=torch.float32)
+            with no_progress_bars():
+                self.critic = AutoModel.from_pretrained(cfg["model_path"], dtype=torch.float32)
             hidden = self.critic.config.hidden_size
             self.value_head = nn.Linear(hidden, 1)
             nn.init.normal_(self.value_head.weight, std=1.0 / (hidden + 1))

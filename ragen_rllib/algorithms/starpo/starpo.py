@@ -61,6 +61,7 @@ from ragen_rllib.algorithms.starpo.rollout_dump import RolloutDumper, dump_due
 from ragen_rllib.algorithms.starpo.sampling import RunnerFailure, SampleRequest, SamplingMixin
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
+from ragen_rllib.console import quiet
 from ragen_rllib.distributed.learner_group import build_learner_group
 from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.env_runner.env_loading import import_env_modules
@@ -77,6 +78,7 @@ from ragen_rllib.maths.seeding import mix_seed
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 logger = logging.getLogger(__name__)
+quiet()
 
 LIFETIME_COUNTERS = (
     "num_trajectories",
