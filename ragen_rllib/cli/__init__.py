@@ -24,17 +24,30 @@ from ragen_rllib.cli.rollouts import rollouts
 from ragen_rllib.cli.train import train
 
 
-def main(argv: list[str] | None = None) -> int:
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("ragen-rllib")
+    except metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `rllib` command's arguments, every one with its help."""
     parser = argparse.ArgumentParser(prog="rllib", description="ragen-rllib command line")
+    parser.add_argument("--version", action="version", version=f"ragen-rllib {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_train = sub.add_parser("train", help="train from an experiment YAML file")
     train_sub = p_train.add_subparsers(dest="source", required=True)
     p_file = train_sub.add_parser("file", help="rllib train file <experiment.yaml>")
-    p_file.add_argument("file")
+    p_file.add_argument("file", help="an experiment YAML file (tuned_examples/ holds examples)")
     p_file.add_argument("--stop", help="JSON object merged into every experiment's stop")
     p_file.add_argument("--config", help="JSON object merged into every experiment's config")
     p_file.add_argument("--storage-path", help="where Tune writes results (default ~/ray_results)")
-    p_file.add_argument("--num-cpus", type=int, default=None)
+    p_file.add_argument(
+        "--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all of them)"
+    )
     p_file.add_argument("--dashboard", action="store_true", help="start the Ray dashboard")
     p_file.add_argument(
         "--wandb",
@@ -61,40 +74,61 @@ def main(argv: list[str] | None = None) -> int:
         help="where each piece of each experiment runs and the memory of every device, "
         "from the model's config.json (no weights, no Ray)",
     )
-    p_plan.add_argument("file")
+    p_plan.add_argument("file", help="an experiment YAML file")
     p_plan.add_argument("--config", help="JSON object merged into every experiment's config")
     add_hardware_flags(p_plan)
     p_eval = sub.add_parser("evaluate", help="evaluate a checkpoint on fixed initial states")
-    p_eval.add_argument("checkpoint")
-    # Defaults: the checkpoint's own eval_num_states, eval_temperature and eval_seed.
-    p_eval.add_argument("--num-states", type=int, default=None)
-    p_eval.add_argument("--temperature", type=float, default=None)
-    p_eval.add_argument("--max-turns", type=int, default=None)
-    p_eval.add_argument("--seed", type=int, default=None, help="first evaluation seed")
+    p_eval.add_argument("checkpoint", help="a checkpoint folder of a StarPO run")
+    p_eval.add_argument(
+        "--num-states", type=int, default=None, help="default: the run's eval_num_states"
+    )
+    p_eval.add_argument(
+        "--temperature", type=float, default=None, help="default: the run's eval_temperature"
+    )
+    p_eval.add_argument("--max-turns", type=int, default=None, help="default: the run's max_turns")
+    p_eval.add_argument(
+        "--seed", type=int, default=None, help="first evaluation seed (default: eval_seed)"
+    )
     p_eval.add_argument(
         "--suite",
         action="append",
         help="an evaluation suite (the run's eval_suites, or built-in: bandit, sokoban, "
         "frozenlake) instead of the training env; may be given several times",
     )
-    p_eval.add_argument("--samples-per-state", type=int, default=None)
-    p_eval.add_argument("--pass-k", type=int, nargs="+", default=None)
+    p_eval.add_argument(
+        "--samples-per-state",
+        type=int,
+        default=None,
+        help="answers per state (default: the run's eval_samples_per_state)",
+    )
+    p_eval.add_argument(
+        "--pass-k", type=int, nargs="+", default=None, help="default: the run's eval_pass_k"
+    )
     p_eval.add_argument("--output", help="also write the JSON to this file")
-    p_eval.add_argument("--num-cpus", type=int, default=None)
+    p_eval.add_argument(
+        "--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all of them)"
+    )
     p_export = sub.add_parser(
         "export", help="write a checkpoint's actor as a Hugging Face model directory"
     )
-    p_export.add_argument("checkpoint")
+    p_export.add_argument("checkpoint", help="a checkpoint folder of a StarPO run")
     p_export.add_argument("dir", help="a new (or empty) folder for the model")
     p_export.add_argument(
         "--with-critic", action="store_true", help="also write the critic to <dir>/critic"
     )
-    p_export.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p_export.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the weights' dtype in the folder (default: float32)",
+    )
     p_rollouts = sub.add_parser(
         "rollouts", help="convert a run's Parquet rollout dumps (rollout_dump_interval)"
     )
     p_rollouts.add_argument("run_dir", help="a trial folder or an experiment folder")
-    p_rollouts.add_argument("--to", choices=("jsonl",), default="jsonl")
+    p_rollouts.add_argument(
+        "--to", choices=("jsonl",), default="jsonl", help="the output format (JSON lines)"
+    )
     p_rollouts.add_argument("--output", help="default: <run_dir>/rollouts.jsonl")
     p_report = sub.add_parser(
         "report", help="PNG curves and a self-contained report.html of a run or a sweep"
@@ -107,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         default=5000,
         help="trajectories per trial in the browser, spread over the dumps (default 5000)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     # Our own progress (e.g. the built-in model's first build) on stderr.
     log = logging.getLogger("ragen_rllib")
     if not log.handlers:

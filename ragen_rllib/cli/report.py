@@ -222,8 +222,17 @@ def plot_curves(trials: list[Path], labels: list[str], results: list[list[dict]]
     return buffer.getvalue()
 
 
+#: How to get what `rllib report` draws its curves with.
+REPORT_EXTRA_INSTALL = 'pip install -e ".[report]" (from a checkout) or pip install matplotlib'
+
+
 def report(args: argparse.Namespace) -> int:
+    import importlib.util
+
     from tqdm import tqdm
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"rllib report draws its curves with matplotlib: {REPORT_EXTRA_INSTALL}")
 
     from ragen_rllib.cli.report_html import collect_trajectories, render_html
     from ragen_rllib.cli.report_seeds import plot_seeds, seed_groups, seed_table

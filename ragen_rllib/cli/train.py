@@ -9,6 +9,7 @@ and where its results go), then one line per iteration.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import os
 import sys
@@ -34,7 +35,11 @@ def header(name: str, config, grid: dict, storage: str) -> str:
     """The lines printed before an experiment starts: what runs where, and where its
     results go (RLlib's full config is in each trial's ``params.json``)."""
     runners = config.num_env_runners
-    learners = max(1, config.num_learners)
+    learners = (
+        f"{config.num_learners} learner actors ({config.learner_strategy})"
+        if config.num_learners
+        else "1, in the trial's process (num_learners=0)"
+    )
     trials = len(list(itertools.product(*grid.values()))) if grid else 1
     where = os.path.join(storage, name)
     lines = [
@@ -46,14 +51,17 @@ def header(name: str, config, grid: dict, storage: str) -> str:
         f"  rollout    engine {config.engine} in "
         + (f"{runners} runner actor(s)" if runners else "the driver")
         + (", asynchronous" if config.async_rollouts else ""),
-        f"  learners   {learners} ({config.learner_strategy if learners > 1 else 'one'})",
+        f"  learners   {learners}",
     ]
     if grid:
         lines.append(f"  sweep      {trials} trials over {', '.join(sorted(grid))}")
     lines += [
         f"  results    {where}",
-        f"  curves     tensorboard --logdir {where}",
+        f"  curves     rllib report {where}"
+        + ("" if importlib.util.find_spec("matplotlib") else '  (needs the ".[report]" extra)'),
     ]
+    if importlib.util.find_spec("tensorboard") is not None:
+        lines.append(f"             tensorboard --logdir {where}")
     return "\n".join(lines)
 
 
