@@ -51,6 +51,24 @@ def test_unknown_key_is_rejected_with_the_known_ones():
     assert "grup_size" in str(err.value) and "group_size" in str(err.value)
 
 
+def test_unknown_key_error_is_the_hint_or_a_wrapped_listing():
+    with pytest.raises(ValueError) as err:
+        make(grup_size=4)
+    assert "StarPO keys" not in str(err.value)  # the close spelling is the answer
+    with pytest.raises(ValueError) as err:
+        make(zzzqqq=1)
+    lines = str(err.value).splitlines()
+    assert "zzzqqq" in lines[0] and len(lines) > 3
+    assert all(len(line) <= 92 for line in lines[1:])
+    listed = " ".join(lines[1:])
+    assert "group_size" in listed and "lambda" in listed
+
+
+def test_unknown_env_id_suggests_the_closest_registered_one():
+    with pytest.raises(ValueError, match=r"Did you mean 'ragen/FrozenLake-v0'\?"):
+        make(env="ragen/FrozenLak-v0").check()
+
+
 def test_missing_model_path_names_the_path(tmp_path):
     missing = tmp_path / "no-model-here"
     with pytest.raises(FileNotFoundError, match="no-model-here"):

@@ -97,10 +97,14 @@ def check_env(config: Any) -> None:
     import_env_modules(config)
     env_id = env.split(":", 1)[1] if ":" in env else env
     if env_id not in gym.registry:
+        import difflib
+
         import ragen_envs
 
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(
-            f"config env={env!r} is not a registered env id. Built-in ids: "
+            f"config env={env!r} is not a registered env id.{hint} Built-in ids: "
             f"{', '.join(ragen_envs.ENV_IDS)}; for your own env use 'module:EnvId' or "
             "name the module that registers it in `env_module`"
         )

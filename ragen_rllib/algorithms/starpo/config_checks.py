@@ -44,6 +44,18 @@ from ragen_rllib.models.resolve import resolve_model
 _GROUP_BASELINE = [name for name, row in ESTIMATORS.items() if row.group_baseline]
 
 
+def key_listing(width: int = 88) -> str:
+    """The keys an experiment's config takes, wrapped to ``width``: StarPO's, then RLlib's."""
+    import textwrap
+
+    rllib = sorted(YAML_NAMES.get(k, k) for k in RLLIB_KEYS)
+    out = []
+    for label, keys in (("StarPO keys", sorted(STARPO_DEFAULTS)), ("RLlib keys", rllib)):
+        out.append(textwrap.fill(", ".join(keys), width, initial_indent=f"  {label}: ",
+                                 subsequent_indent="    "))  # fmt: skip
+    return "\n".join(out)
+
+
 def config_from_user_dict(config_cls, config: dict[str, Any]):
     """A ``config_cls`` instance from a flat dict (YAML ``config:`` section).
 
@@ -88,12 +100,11 @@ def config_from_user_dict(config_cls, config: dict[str, Any]):
                 f"config key(s) {sorted(unused)} are RLlib AlgorithmConfig settings that "
                 "StarPO does not take from an experiment file"
             )
+        # A close spelling is the whole answer; without one, the keys that exist (by
+        # group, one per line, as docs/training.md's table lists them with their rules).
+        listing = "" if hints else "\n" + key_listing()
         raise ValueError(
-            "; ".join(parts)
-            + (f" ({'; '.join(hints)})" if hints else "")
-            + f". StarPO keys: {', '.join(sorted(STARPO_DEFAULTS))}; RLlib keys: "
-            + ", ".join(sorted(YAML_NAMES.get(k, k) for k in RLLIB_KEYS))
-            + " (lambda for lambda_)"
+            "; ".join(parts) + (f" ({'; '.join(hints)})" if hints else "") + "." + listing
         )
     out = config_cls()
     if config.get("env_mix") is not None:
