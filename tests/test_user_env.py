@@ -147,3 +147,21 @@ def test_train_file_trains_a_users_env_in_every_ray_process(tmp_path):
             assert row["rollout"]["num_trajectories"] == 4
             assert row["rollout"]["env_errors"] == 0
             assert "policy_loss" in row["learners"]["default_policy"]
+
+
+def test_the_readme_env_example_keeps_to_its_own_spaces():
+    """The README's GuessNumber, as printed there: every observation it returns lies
+    in the observation space it declares (gymnasium's checker warns otherwise)."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    (code,) = [b for b in blocks if "class GuessNumber" in b]
+    namespace: dict = {}
+    exec(code.replace('gym.register(id="GuessNumber-v0"', "dict(id=None"), namespace)
+    env = namespace["GuessNumber"]()
+    obs, _ = env.reset(seed=0)
+    seen = [obs]
+    for answer in ("<answer> 4 </answer>", "no", "<answer> 9 </answer>", "<answer> 1 </answer>"):
+        obs, *_ = env.step(answer)
+        seen.append(obs)
+    assert all(env.observation_space.contains(o) for o in seen), seen
+    assert env.action_space.contains("<answer> 4 </answer>")
