@@ -97,6 +97,9 @@ def test_one_gpu_colocates_learner_and_engine_and_counts_the_sleep():
     # While sampling: the learner's weights and optimizer state stay, no gradients, no
     # activations; during the update the engine (level 2) holds nothing.
     assert "gradients (fp32)" not in rollout and "engine KV buffer" in rollout
+    # The critic (gae) likewise: its weights and AdamW state stay, its gradients do not.
+    assert "critic (weights, AdamW)" in rollout and "critic gradients (fp32)" not in rollout
+    assert {"critic (weights, AdamW)", "critic gradients (fp32)"} <= update
     assert "activations (one micro-batch)" in update and not any("engine" in c for c in update)
     level0 = plan(sokoban(engine_sleep_level=0), shape, h100())
     assert level0.devices[0].peak() > dev.peak()  # the engine stays during the update
@@ -208,6 +211,25 @@ def test_a_plan_that_does_not_fit_names_the_knob():
     assert not laid.fits()
     text = render(laid, known_shape(QWEN))
     assert "DOES NOT FIT" in text and "gradient_checkpointing: true" in text
+    # Every large part's knob, not the largest alone. At the example's settings the
+    # peak is the rollout's: the KV buffer first, then the learner state that stays.
+    laid = plan(sokoban(), known_shape(QWEN), Hardware(1, 1, 16 * GIB, "--gpus 1"))
+    text = render(laid, known_shape(QWEN))
+    knobs = text.split("to fit: the knobs of its largest parts")[1].splitlines()[1:5]
+    sizes = [float(k.split(" GiB)")[0].rsplit("(", 1)[1]) for k in knobs]
+    assert len(knobs) == 4 and sizes == sorted(sizes, reverse=True) and sizes[-1] > 1, knobs
+    assert any("critic (weights, AdamW)" in k for k in knobs), knobs
+
+
+def test_a_plan_with_room_to_spare_says_what_it_could_buy():
+    big = Hardware(1, 1, 80 * GIB, "--gpus 1")
+    text = render(plan(sokoban(), known_shape(QWEN), big), known_shape(QWEN))
+    assert "room:" in text and "gradient_checkpointing: false fits" in text
+    # Not where checkpointing is already off, nor where the room is small.
+    off = plan(sokoban(gradient_checkpointing=False), known_shape(QWEN), big)
+    assert "room:" not in render(off, known_shape(QWEN))
+    tight = plan(sokoban(), known_shape(QWEN), Hardware(1, 1, 24 * GIB, "--gpus 1"))
+    assert "room:" not in render(tight, known_shape(QWEN))
 
 
 def run_cli(tmp_path, *args):

@@ -57,6 +57,8 @@ class Line:
     component: str
     bytes: int
     note: str = ""
+    #: The bytes with gradient checkpointing the other way (activations only).
+    other_checkpointing: int | None = None
 
 
 def fmt_bytes(n: float) -> str:
@@ -157,7 +159,7 @@ def activation_line(shape: ModelShape, load: Workload, dtype_bytes: int, checkpo
         f"checkpointing {'on' if checkpointing else 'off'} ({fmt_bytes(other)} with it "
         f"{'off' if checkpointing else 'on'})"
     )
-    return Line("activations (one micro-batch)", used, note)
+    return Line("activations (one micro-batch)", used, note, other_checkpointing=other)
 
 
 def lm_head_line(shape: ModelShape, load: Workload, dtype_bytes: int) -> Line:
@@ -206,14 +208,15 @@ def learner_lines(config, shape: ModelShape, num_learners: int, load: Workload) 
     if config.uses_critic:
         backbone = shape.backbone_params()
         critic_trainable = shape.lora_params(config.lora_rank) if config.lora_rank else backbone
-        state = critic_trainable * 16 + (backbone * model_bytes if config.lora_rank else 0)
+        state = critic_trainable * 12 + (backbone * model_bytes if config.lora_rank else 0)
         lines.append(
             Line(
-                "critic (weights, gradients, AdamW)",
+                "critic (weights, AdamW)",
                 state // shard,
                 f"a second transformer, {backbone / 1e6:,.0f}M parameters",
             )
         )
+        lines.append(Line("critic gradients (fp32)", critic_trainable * 4 // shard, ""))
         # With checkpointing both models keep their layer inputs, and the backward
         # pass recomputes one layer of one model at a time (counted in ``act``).
         critic_act = (

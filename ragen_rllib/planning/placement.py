@@ -41,7 +41,8 @@ from ragen_rllib.planning.shapes import ModelShape
 RAY_HEAD_NOTE = "raylet, GCS, dashboard, agents, workers"
 #: What ``engine_sleep_level`` does to the engine's memory during the update.
 RESIDENT = {"weights (fp32 master)", "weights (frozen base)", "weights (LoRA adapters, fp32)"}
-RESIDENT |= {"AdamW moments (fp32)", "critic (weights, gradients, AdamW)", "KL reference (frozen)"}
+# Between updates the gradients are freed (the actor's and the critic's alike).
+RESIDENT |= {"AdamW moments (fp32)", "critic (weights, AdamW)", "KL reference (frozen)"}
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Plan:
     pieces: list[Piece]
     devices: list[Device]
     notes: list[str]
+    checkpointing: bool = False  # the config's gradient_checkpointing
 
     def fits(self) -> bool:
         return all(d.fits() for d in self.devices)
@@ -308,7 +310,8 @@ def plan(config, shape: ModelShape, hw: Hardware, trajectory_tokens: int | None 
             )
     if config.async_rollouts and layout == "colocated":
         notes.append("async_rollouts needs runner actors; a colocated run is synchronous")
-    return Plan(layout, hw, pieces, list(devices.values()), notes)
+    checkpointing = bool(config.gradient_checkpointing)
+    return Plan(layout, hw, pieces, list(devices.values()), notes, checkpointing)
 
 
 KNOBS = {
@@ -318,22 +321,47 @@ KNOBS = {
     "activations (one micro-batch)": "gradient_checkpointing: true, or max_tokens_per_microbatch",
     "critic activations": "gradient_checkpointing: true, or max_tokens_per_microbatch",
     "LM head (one chunk)": "max_tokens_per_microbatch (fewer rows per pass)",
-    "critic (weights, gradients, AdamW)": "a critic-free estimator (grpo, gigpo), or lora_rank",
+    "critic (weights, AdamW)": "a critic-free estimator (grpo, gigpo), or lora_rank",
+    "critic gradients (fp32)": "a critic-free estimator (grpo, gigpo), or lora_rank",
     "KL reference (frozen)": "kl_coeff: 0 (StarPO-S), or lora_rank (the reference is free)",
     "engine KV cache": "vllm_kv_cache_gb, group_size or max_context_tokens",
-    "engine KV buffer": "rollout_batch_size or max_context_tokens",
+    "engine KV buffer": "rollout_batch_size, max_context_tokens, env_groups x group_size "
+    "(eval_num_states while evaluating)",
     "vLLM reservation": "vllm_gpu_memory_utilization",
     "engine weights": "engine_sleep_level: 2 (frees it during the update)",
 }
 
 
-def advice(dev: Device) -> str:
-    """The knob for the largest component of the device's peak phase."""
+def advice(dev: Device, most: int = 4) -> list[str]:
+    """The knobs of the device's peak phase, its largest components first."""
     lines = sorted(dev.phases[dev.peak_phase()], key=lambda x: -x.bytes)
-    for line in lines:
-        if line.component in KNOBS:
-            return f"largest: {line.component} ({fmt_bytes(line.bytes)}): {KNOBS[line.component]}"
-    return "use a smaller model or a larger GPU"
+    out = [
+        f"{line.component} ({fmt_bytes(line.bytes)}): {KNOBS[line.component]}"
+        for line in lines
+        if line.component in KNOBS and line.bytes
+    ][:most]
+    return out or ["use a smaller model or a larger GPU"]
+
+
+def room(dev: Device, checkpointing: bool) -> str | None:
+    """What a device with room to spare could spend it on: the faster setting its
+    own lines name (activations without checkpointing), when that still fits."""
+    if not dev.capacity or not dev.fits():
+        return None
+    spare = dev.capacity - dev.peak()
+    if spare < 0.25 * dev.capacity:
+        return None
+    update = dev.phases.get("update", [])
+    act = next((x for x in update if x.component == "activations (one micro-batch)"), None)
+    if act is None or not checkpointing or act.other_checkpointing is None:
+        return None
+    without = act.other_checkpointing
+    if sum(x.bytes for x in update) - act.bytes + without > dev.capacity:
+        return None
+    return (
+        f"{fmt_bytes(spare)} to spare: gradient_checkpointing: false fits "
+        f"(activations {fmt_bytes(without)}) and skips recomputing every layer"
+    )
 
 
 def render(p: Plan, shape: ModelShape) -> str:
@@ -373,6 +401,9 @@ def render(p: Plan, shape: ModelShape) -> str:
                 note = f"  ({line.note})" if line.note else ""
                 out.append(f"        {line.component:<36} {fmt_bytes(line.bytes):>10}{note}")
         if not dev.fits():
-            out.append(f"      to fit: {advice(dev)}")
+            out.append("      to fit: the knobs of its largest parts")
+            out += [f"        {line}" for line in advice(dev)]
+        elif (spare := room(dev, p.checkpointing)) is not None:
+            out.append(f"      room: {spare}")
     out += [f"  note: {n}" for n in p.notes]
     return "\n".join(out)
