@@ -30,8 +30,9 @@ Parts (``--parts``, in this order):
   turns and token budget: the HF engine and vLLM side by side, generated
   tokens/s each and their ratio. Skipped (and said) without that python.
 - ``trl``: ``bench/bench_vs_trl.py`` with this model at 4 x 8 and at 8 x 16
-  (``--trl-steps`` iterations a side, the first of each not counted); needs
-  TRL (``pip install -e ".[bench]"``).
+  (``--trl-steps`` iterations a side, the first of each not counted); at 8 x 16
+  with TRL's activation checkpointing on (its default), without which its step
+  does not fit in 24 GiB; needs TRL (``pip install -e ".[bench]"``).
 
 Each part prints its figures as it ends; the whole is printed as JSON at the end
 (and written to ``--json``). Run it alone: every figure is a time.
@@ -252,7 +253,7 @@ def part_rollout(args) -> dict:
 
 def part_trl(args) -> dict:
     out = {}
-    for groups, size in ((4, 8), (8, 16)):
+    for groups, size, checkpointing in ((4, 8, False), (8, 16, True)):
         cmd = [
             sys.executable,
             str(HERE / "bench_vs_trl.py"),
@@ -270,6 +271,7 @@ def part_trl(args) -> dict:
             "1",
             "--threads",
             str(args.threads),
+            *(["--trl-checkpointing"] if checkpointing else []),
         ]
         out[f"{groups}x{size}"] = run_json(cmd, timeout=7200)
     return out
