@@ -111,7 +111,8 @@ CONFIG_KEYS = sorted(
 )  # fmt: skip
 #: Keys whose valid values may still be rejected together with other keys' values
 #: (filtering and minibatch bounds, GRPO group size, eval seed range, GPUs, the env,
-#: the model): a single-key-valid value of these is only `maybe`.
+#: the model, the context bound against the first prompt and the model's positions):
+#: a single-key-valid value of these is only `maybe`.
 CROSS_KEYS = {
     "group_size", "env_groups", "filter_keep_ratio", "minibatch_size", "num_env_runners",
     "advantage_estimator", "eval_seed", "eval_num_states", "num_gpus_per_learner",
@@ -120,6 +121,7 @@ CROSS_KEYS = {
     "filter_include_zero", "reward_norm_grouping", "reward_norm_method",
     "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
     "env_mix", "filter_scope", "prefill", "format_warmup_steps", "prompt",
+    "max_context_tokens", "max_new_tokens", "prompt_style",
 }  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}

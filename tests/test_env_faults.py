@@ -79,6 +79,34 @@ def test_too_many_env_errors_stop_the_run_with_a_clear_error(group_seeds):
     assert len(trajs) == 2
 
 
+def test_a_first_prompt_past_the_context_bound_ends_its_trajectory_and_drops_its_group(
+    group_seeds,
+):
+    """A seed whose first prompt leaves no room for an answer: its trajectories end as
+    context_overflow with no turn, count there, and their group leaves the update."""
+    cfg = flaky_config(env_config={"long_seeds": [group_seeds[1]]}, max_context_tokens=256)
+    trajs = LLMEnvRunner(config=cfg, worker_index=0).sample()
+    ends = [(t.end_reason, t.num_turns) for t in trajs]
+    assert ends[2:4] == [("context_overflow", 0)] * 2 and ends[0][1] == 1 == ends[4][1]
+    assert "max_context_tokens=256" in trajs[2].error
+    stats = rollout_metrics(trajs)
+    assert stats["end/context_overflow"] == pytest.approx(2 / 6)
+    assert stats["num_trajectories"] == 4  # no outcome to average for the two
+    build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs)
+    assert [t.group for t in trajs] == [0, 0, 2, 2]
+
+
+def test_the_context_bound_is_checked_against_first_prompts_and_the_model_before_ray():
+    cfg = flaky_config(env_config={"long_seeds": [0]}, max_context_tokens=256)
+    with pytest.raises(ValueError) as err:
+        cfg.check()
+    message = str(err.value)
+    assert message.startswith("config max_context_tokens=256 is too small: the first prompt")
+    assert "FlakySayTheWord-v0 (seed 0)" in message and "\n" not in message
+    with pytest.raises(ValueError, match=r"max_context_tokens=8192 .* max_position_embeddings="):
+        flaky_config(max_context_tokens=8192).check()
+
+
 @pytest.mark.slow
 def test_training_goes_on_past_env_errors_and_counts_them(group_seeds, tmp_path):
     """Through the algorithm (Ray, the learner): iteration 1 loses groups 0 and 2 and

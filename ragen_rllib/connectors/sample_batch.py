@@ -31,7 +31,9 @@ class EnvErrorBudgetExceeded(RuntimeError):
 
 
 class DropEnvErrorGroups(ConnectorV2):
-    """Drops every group that holds a trajectory whose env raised in reset() or step().
+    """Drops every group that holds a trajectory whose env raised in reset() or step(),
+    or whose first prompt left no room for an answer (``context_overflow`` before any
+    turn).
 
     A failed trajectory has no true return, and any stand-in value would bias its
     group's baseline, so the whole group leaves the update. When more than
@@ -44,7 +46,7 @@ class DropEnvErrorGroups(ConnectorV2):
 
     def __call__(self, *, rl_module, batch, episodes: list[Trajectory], metrics=None, **kwargs):
         trajectories = episodes  # RLlib's name for them
-        failed = [t for t in trajectories if t.end_reason == "env_error"]
+        failed = [t for t in trajectories if t.unplayable]
         bad_groups = {t.group for t in failed}
         if metrics is not None:
             metrics.log_value(("rollout", "env_error_groups_dropped"), len(bad_groups), window=1)
@@ -54,8 +56,9 @@ class DropEnvErrorGroups(ConnectorV2):
         if share > self.max_share:
             first = failed[0]
             raise EnvErrorBudgetExceeded(
-                f"{len(failed)} of {len(trajectories)} trajectories ({share:.0%}) hit an exception "
-                f"in the env, more than max_env_error_share={self.max_share}. First: env "
+                f"{len(failed)} of {len(trajectories)} trajectories ({share:.0%}) could not be "
+                f"played (an exception in the env, or a first prompt past max_context_tokens), "
+                f"more than max_env_error_share={self.max_share}. First: env "
                 f"{first.env_id!r}, seed {first.seed}: {first.error}"
             )
         trajectories[:] = [t for t in trajectories if t.group not in bad_groups]

@@ -293,7 +293,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 obs, info = env.reset(seed=seed, **options)
                 _check_observation(obs)
             except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
-                self._env_error(traj, "reset", err)
+                self._unplayable(traj, "env_error", f"reset(): {type(err).__name__}: {err}")
                 continue
             texts[i], answers[i] = [render_turn(1, obs, actions_left_of(info), None, style)], []
             traj.turn_observations.append(obs)
@@ -303,11 +303,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 first_ids[style, first] = chat.prompt_ids(first)
             prompts[i] = list(first_ids[style, first])
             if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
-                raise ValueError(
-                    f"the first prompt of {entries[i].env} is {len(prompts[i])} tokens; with "
-                    f"max_new_tokens={params.max_new_tokens} it exceeds "
-                    f"max_context_tokens={cfg.max_context_tokens}. Raise max_context_tokens."
-                )
+                del prompts[i]  # no turn can be played: like an env error, its group goes
+                n, bound = len(first_ids[style, first]), cfg.max_context_tokens
+                why = f"first prompt of {n} tokens + max_new_tokens > max_context_tokens={bound}"
+                self._unplayable(traj, "context_overflow", why)
+                continue
             if window is None:  # one segment: the prompt list grows with it
                 traj.start_segment(prompts[i])
                 prompts[i] = traj.segments[-1].input_ids
@@ -337,7 +337,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                     _check_observation(obs)
                 except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
                     traj.append_context(chat.closing_ids(gen.ended_with_eos))
-                    self._env_error(traj, "step", err)
+                    self._unplayable(traj, "env_error", f"step(): {type(err).__name__}: {err}")
                     continue
                 traj.turn_rewards.append(float(reward))
                 traj.turn_infos.append(info)
@@ -398,19 +398,12 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             with_instructions(env, texts[first], style), turns
         )
 
-    def _env_error(self, traj: Trajectory, where: str, err: Exception) -> None:
-        logger.warning(
-            "env %s (seed %d) failed in %s(): %s: %s; its group is dropped from the update",
-            traj.env_id,
-            traj.seed,
-            where,
-            type(err).__name__,
-            err,
-        )
-        traj.error = f"{where}(): {type(err).__name__}: {err}"
-        traj.done = True
-        traj.success = False
-        traj.end_reason = "env_error"
+    def _unplayable(self, traj: Trajectory, reason: str, error: str) -> None:
+        """End ``traj`` without a true return (an env error, or a first prompt that
+        leaves no room for an answer); its group is dropped from the update."""
+        logger.warning("env %s (seed %d): %s; its group is dropped from the update",
+                       traj.env_id, traj.seed, error)  # fmt: skip
+        traj.error, traj.done, traj.success, traj.end_reason = error, True, False, reason
 
     def _finish(
         self, traj: Trajectory, chat: ChatFormat, ended_with_eos: bool, reason: str

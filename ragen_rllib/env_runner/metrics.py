@@ -23,11 +23,12 @@ ENV_INFO_KEYS = ("action_is_valid", "action_is_effective", "format_ok", "num_act
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """Outcome statistics of a batch. Trajectories that hit an env error count only in
-    ``env_errors`` and ``end/env_error``: they have no outcome to average."""
+    ``env_errors`` and ``end/env_error`` (and those whose first prompt left no room,
+    in ``end/context_overflow``): they have no outcome to average."""
     ended = Counter(t.end_reason for t in trajs)
     env_errors = ended.get("env_error", 0)
     ends = {f"end/{reason}": n / len(trajs) for reason, n in ended.items()} if trajs else {}
-    trajs = [t for t in trajs if t.end_reason != "env_error"]
+    trajs = [t for t in trajs if not t.unplayable]
     if not trajs:
         return {"num_trajectories": 0, "env_errors": env_errors, **ends}
     rewards = np.array([t.total_reward for t in trajs])

@@ -104,6 +104,14 @@ class Trajectory:
         return len(self.turn_rewards)
 
     @property
+    def unplayable(self) -> bool:
+        """Ended without a true return: the env raised, or the first prompt left no
+        room for an answer (``context_overflow`` before any turn)."""
+        return self.end_reason == "env_error" or (
+            self.end_reason == "context_overflow" and not self.turn_rewards
+        )
+
+    @property
     def total_reward(self) -> float:
         return float(sum(self.turn_rewards))
 

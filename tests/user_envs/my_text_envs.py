@@ -37,19 +37,25 @@ class SayTheWord(gym.Env):
 
 
 class FlakySayTheWord(SayTheWord):
-    """SayTheWord that raises in reset() or step() for the seeds it is given."""
+    """SayTheWord that raises in reset() or step() for the seeds it is given, and starts
+    with a long observation (about 2,000 characters) for ``long_seeds``."""
 
-    def __init__(self, fail_reset_seeds=(), fail_step_seeds=()):
+    def __init__(self, fail_reset_seeds=(), fail_step_seeds=(), long_seeds=()):
         super().__init__()
+        self.observation_space = gym.spaces.Text(4096, charset=string.printable)
         self.fail_reset_seeds = set(fail_reset_seeds)
         self.fail_step_seeds = set(fail_step_seeds)
+        self.long_seeds = set(long_seeds)
         self.seed_ = None
 
     def reset(self, *, seed=None, options=None):
         if seed in self.fail_reset_seeds:
             raise RuntimeError(f"reset failed for seed {seed}")
         self.seed_ = seed
-        return super().reset(seed=seed, options=options)
+        obs, info = super().reset(seed=seed, options=options)
+        if seed in self.long_seeds:
+            obs += ". " + "Mind the long story of this room. " * 60
+        return obs, info
 
     def step(self, action: str):
         if self.seed_ in self.fail_step_seeds:

@@ -27,10 +27,12 @@ from ragen_rllib.algorithms.starpo.config_rules import (
     RULES,
     YAML_NAMES,
     is_int,
+    key_listing,
     number_hint,
     rllib_settings,
 )
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
+from ragen_rllib.env_runner.context_budget import check_context_budget
 from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
 from ragen_rllib.env_runner.env_mix import format_of, mix_entries, parse_env_mix
@@ -42,18 +44,6 @@ from ragen_rllib.models.resolve import resolve_model
 
 #: The estimators the reward_norm_* knobs apply to.
 _GROUP_BASELINE = [name for name, row in ESTIMATORS.items() if row.group_baseline]
-
-
-def key_listing(width: int = 88) -> str:
-    """The keys an experiment's config takes, wrapped to ``width``: StarPO's, then RLlib's."""
-    import textwrap
-
-    rllib = sorted(YAML_NAMES.get(k, k) for k in RLLIB_KEYS)
-    out = []
-    for label, keys in (("StarPO keys", sorted(STARPO_DEFAULTS)), ("RLlib keys", rllib)):
-        out.append(textwrap.fill(", ".join(keys), width, initial_indent=f"  {label}: ",
-                                 subsequent_indent="    "))  # fmt: skip
-    return "\n".join(out)
 
 
 def config_from_user_dict(config_cls, config: dict[str, Any]):
@@ -378,6 +368,7 @@ def check_model(config) -> None:
         # within a deadline), so that an unreachable hub or a wrong id fails here,
         # in seconds, and not inside a Ray actor.
         load_hub_config(model_path)
+    check_context_budget(config, model_path)
 
 
 def _make_and_reset(make: Callable[[], Any], what: str, options: dict | None = None) -> None:

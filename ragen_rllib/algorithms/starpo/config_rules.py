@@ -315,3 +315,15 @@ def number_hint(value: Any) -> str:
             "such as 1e-4, as strings; write 1.0e-4)"
         )
     return ""
+
+
+def key_listing(width: int = 88) -> str:
+    """The keys an experiment's config takes, wrapped to ``width``: StarPO's, then RLlib's."""
+    import textwrap
+
+    rllib = sorted(YAML_NAMES.get(k, k) for k in RLLIB_KEYS)
+    out = []
+    for label, keys in (("StarPO keys", sorted(STARPO_DEFAULTS)), ("RLlib keys", rllib)):
+        out.append(textwrap.fill(", ".join(keys), width, initial_indent=f"  {label}: ",
+                                 subsequent_indent="    "))  # fmt: skip
+    return "\n".join(out)

@@ -1,0 +1,65 @@
+"""Whether the run's context bound fits the model and the envs' first prompts,
+checked before Ray starts.
+
+``max_context_tokens`` bounds a trajectory's tokens. It must not pass the
+positions the model was trained on (``max_position_embeddings`` in its
+``config.json``), and each env's first prompt (the chat template, the system
+message, the env's instructions and its first state) plus ``max_new_tokens``
+must fit in it, or no turn could be played. Both fail here with one line naming
+``max_context_tokens``, not later inside a Ray actor. The first prompt is that
+of seed 0 of each env of the run; a later seed's longer first prompt ends its
+trajectory during the run as ``context_overflow`` with no turn, and its group is
+dropped from the update as an env error's is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ragen_rllib.env_runner.env_loading import actions_left_of, make_eval_env
+from ragen_rllib.env_runner.env_mix import format_of, mix_entries
+from ragen_rllib.env_runner.prompts import ChatFormat, render_turn, with_instructions
+
+
+def check_context_budget(config: Any, model_path: str) -> None:
+    """ValueError naming ``max_context_tokens`` when it passes the model's positions or
+    leaves no room for an env's first prompt. ``model_path`` is a local folder (a hub
+    model not yet downloaded is not checked)."""
+    config_file = os.path.join(model_path, "config.json")
+    if not os.path.isfile(config_file):
+        return
+    with open(config_file) as f:
+        positions = json.load(f).get("max_position_embeddings")
+    bound = config.max_context_tokens
+    if positions and bound > positions:
+        raise ValueError(
+            f"config max_context_tokens={bound} is invalid: the model ({config.llm!r}) has "
+            f"max_position_embeddings={positions}; allowed: <= {positions}"
+        )
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    for entry in mix_entries(config):
+        tokens = first_prompt_tokens(entry, config, tokenizer)
+        if tokens + config.max_new_tokens > bound:
+            raise ValueError(
+                f"config max_context_tokens={bound} is too small: the first prompt of "
+                f"{entry.env} (seed 0) is {tokens} tokens and max_new_tokens is "
+                f"{config.max_new_tokens}; allowed: >= {tokens + config.max_new_tokens}"
+            )
+
+
+def first_prompt_tokens(entry: Any, config: Any, tokenizer: Any) -> int:
+    """The token count of ``entry``'s first prompt at seed 0, as the runner builds it."""
+    style = format_of(entry, config)
+    env = make_eval_env(entry)
+    try:
+        obs, info = env.reset(seed=0)
+        text = with_instructions(
+            env.unwrapped, render_turn(1, obs, actions_left_of(info), None, style), style
+        )
+    finally:
+        env.close()
+    return len(ChatFormat(tokenizer, style.system, style.prefill).prompt_ids(text))
