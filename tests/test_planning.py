@@ -256,6 +256,8 @@ def test_dry_run_prints_the_plan_of_the_gpu_example_for_described_hardware(tmp_p
     assert "layout     colocated" in out and "known shape" in out
     assert "driver    node 0  GPU 0" in out and "fits" in out
     assert "OK (1 config(s) checked)" in out
+    # The hub is off here, so the real run could not load the model: said, not failed.
+    assert "the model does not load on this machine" in out and "Qwen/Qwen2.5-0.5B" in out
 
 
 def test_rllib_plan_exits_1_when_a_device_does_not_fit(tmp_path):

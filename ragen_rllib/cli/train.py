@@ -216,6 +216,15 @@ def train(args: argparse.Namespace) -> int:
             text, ok = plan_text(name, config, grid, hardware, args.trajectory_tokens)
             points = len(list(itertools.product(*grid.values())))
             print(f"{text}\nexperiment {name!r}: OK ({points} config(s) checked)", flush=True)
+            if described:  # a plan for another machine: the model was not loaded here
+                try:
+                    config.check_model()
+                except FileNotFoundError as err:
+                    print(
+                        f"experiment {name!r}: the model does not load on this machine, so "
+                        f"the machine that runs it must have it: {err}",
+                        flush=True,
+                    )
             if not ok:
                 print(f"experiment {name!r}: a device does not fit (see 'to fit' above)")
             fits = fits and ok
