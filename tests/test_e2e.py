@@ -67,12 +67,15 @@ print(json.dumps({{"before": before, "after": result["training_iteration"], "sam
     assert out == {"before": 2, "after": 3, "same": True}
 
 
-def test_evaluate_command_prints_success(trained):
+def test_evaluate_command_prints_success_and_keeps_the_trajectories(trained):
+    import pyarrow.parquet as pq
+
     tmp, trial, _ = trained
+    kept = tmp / "eval" / "trajectories.parquet"
     proc = subprocess.run(
         [
             sys.executable, "-m", "ragen_rllib.cli", "evaluate",
-            str(trial / "checkpoint_000000"), "--num-states", "8",
+            str(trial / "checkpoint_000000"), "--num-states", "8", "--trajectories", str(kept),
         ],
         cwd=tmp, env=private_env(tmp), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -80,6 +83,18 @@ def test_evaluate_command_prints_success(trained):
     assert "ragen/Bandit-v0: success " in proc.stdout
     # The checkpoint's own eval_samples_per_state (the example sets 4).
     assert "(8 fixed initial states x 4 answer(s))" in proc.stdout
+    # Progress on stderr before the long part, then the kept trajectories.
+    progress = [x for x in proc.stderr.splitlines() if x.startswith("rllib evaluate:")]
+    assert "loading" in progress[0] and "evaluating 8 states x 4 answer(s)" in progress[1]
+    table = pq.read_table(kept)
+    assert "32 trajectories" in proc.stderr and table.num_rows == 32  # Bandit: one turn each
+    rows = table.to_pylist()
+    assert {r["seed"] for r in rows} == set(
+        range(min(r["seed"] for r in rows), 8 + min(r["seed"] for r in rows))
+    )
+    success = sum(r["success"] for r in rows) / len(rows)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("ragen/Bandit-v0: success"))
+    assert f"{success:.2%}" in line
 
 
 def test_evaluate_command_runs_a_suite_with_pass_at_k(trained):

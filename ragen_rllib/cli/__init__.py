@@ -106,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_eval.add_argument("--output", help="also write the JSON to this file")
     p_eval.add_argument(
+        "--trajectories",
+        metavar="PATH",
+        help="keep every evaluation trajectory in this Parquet file (one row per turn)",
+    )
+    p_eval.add_argument(
         "--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all of them)"
     )
     p_export = sub.add_parser(

@@ -6,13 +6,18 @@ settings (``eval_num_states``, ``eval_temperature``, ``eval_seed``: the paper's
 (repeatable) evaluates an evaluation suite instead of the training env: a
 built-in suite, or one the run configured in ``eval_suites``; the JSON is then
 suite -> env -> metrics. ``--samples-per-state`` and ``--pass-k`` set how many
-answers each state gets and which pass@k are reported.
+answers each state gets and which pass@k are reported. ``--trajectories PATH``
+keeps every evaluation trajectory as Parquet, one row per turn, in the schema of
+the training runs' rollout dumps (read it with pandas, DuckDB or pyarrow).
+Progress goes to stderr; the JSON to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 
 from ragen_rllib.algorithms.starpo.checkpoint import CorruptCheckpointError, verify_checkpoint
@@ -29,15 +34,22 @@ def evaluate(args: argparse.Namespace) -> int:
     except CorruptCheckpointError as err:
         raise UsageError(str(err)) from err
 
+    start = time.perf_counter()
+
+    def say(text: str) -> None:
+        print(f"rllib evaluate: {text} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+
     import ray
 
     from ragen_rllib import register_with_tune
     from ragen_rllib.algorithms.starpo.starpo import StarPO
 
+    say(f"starting Ray and loading {path}")
     register_with_tune()
     if not ray.is_initialized():
         ray.init(include_dashboard=False, num_cpus=args.num_cpus)
     algo = StarPO.from_checkpoint(str(path.resolve()))
+    trajectories: list | None = [] if args.trajectories else None
     try:
         overrides = {
             "max_turns": args.max_turns,
@@ -47,6 +59,15 @@ def evaluate(args: argparse.Namespace) -> int:
         _override(algo, {key: value for key, value in overrides.items() if value is not None})
         kwargs = {"num_states": args.num_states, "temperature": args.temperature}
         kwargs["first_seed"] = args.seed
+        kwargs["trajectories"] = trajectories
+        cfg = algo.config
+        temperature = cfg.eval_temperature if args.temperature is None else args.temperature
+        say(
+            f"evaluating {args.num_states or cfg.eval_num_states} states x "
+            f"{cfg.eval_samples_per_state} answer(s) at temperature {temperature:g}, up to "
+            f"{cfg.max_turns} turns each, on "
+            + (f"suite(s) {', '.join(args.suite)}" if args.suite else cfg.env)
+        )
         if args.suite:
             suites = _suites(algo.config, args.suite)
             metrics = algo.evaluate_suites(suites, **kwargs)
@@ -54,6 +75,9 @@ def evaluate(args: argparse.Namespace) -> int:
             metrics = algo.evaluate_success(**kwargs)
     finally:
         algo.stop()
+    say("done")
+    if trajectories is not None:
+        _write_trajectories(trajectories, Path(args.trajectories).expanduser(), path, algo)
     text = json.dumps(metrics, indent=2, sort_keys=True)
     print(text)
     if args.output:
@@ -70,6 +94,26 @@ def evaluate(args: argparse.Namespace) -> int:
         passes = " ".join(f"{k} {v:.2%}" for k, v in sorted(m.items()) if k.startswith("pass@"))
         print(f"{name}: success {m.get('success_rate', float('nan')):.2%} {passes} ({where})")
     return 0
+
+
+def _write_trajectories(trajectories: list, out: Path, checkpoint: Path, algo) -> None:
+    from ragen_rllib.algorithms.starpo.rollout_dump import turn_rows, write_atomic
+    from ragen_rllib.env_runner.env_mix import format_of, mix_entries
+
+    table = turn_rows(
+        trajectories,
+        trajectories,
+        run=f"evaluate {checkpoint}",
+        iteration=algo.iteration,
+        policy_version=max((t.policy_version for t in trajectories), default=0),
+        system=format_of(mix_entries(algo.config)[0], algo.config).system,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(table, out)
+    print(
+        f"rllib evaluate: {len(trajectories)} trajectories ({table.num_rows} turns) in {out}",
+        file=sys.stderr,
+    )
 
 
 def _override(algo, values: dict) -> None:

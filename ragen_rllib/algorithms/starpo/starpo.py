@@ -527,13 +527,16 @@ class StarPO(SamplingMixin, Algorithm):
         temperature: float | None = None,
         first_seed: int | None = None,
         env: EvalEnv | None = None,
+        trajectories: list | None = None,
     ) -> dict[str, float]:
         """Success, pass@k and rewards on fixed initial states of the training env, or
         of a suite's ``env`` (the paper's protocol by default). With a mixture: each
-        env's metrics under its name, and their mean over the envs."""
+        env's metrics under its name, and their mean over the envs. The trajectories
+        are appended to ``trajectories`` when it is given."""
         cfg = self.config
         if env is None and len(self._mix) > 1:
             kwargs = {"num_states": num_states, "temperature": temperature}
+            kwargs["trajectories"] = trajectories
             per_env = {
                 e.name: self.evaluate_success(first_seed=first_seed, env=e, **kwargs)
                 for e in self._mix
@@ -547,17 +550,26 @@ class StarPO(SamplingMixin, Algorithm):
             cfg.eval_samples_per_state,
             tuple(cfg.eval_pass_k),
         )
+        keep = trajectories is not None
         if self.env_runner is not None:
-            metrics, _ = self.env_runner.evaluate(*args)
-            return metrics
-        results = self.env_runner_group.foreach_env_runner(
-            lambda runner: runner.evaluate(*args)[0],
-            local_env_runner=False,
-            remote_worker_ids=self._runner_ids()[:1],
-        )
-        if not results:
-            raise RunnerFailure("the env runner chosen for evaluation failed; see its log")
-        return results[0]
+            metrics, trajs = self.env_runner.evaluate(*args)
+        else:
+
+            def run(runner):  # the trajectories cross to the driver only when kept
+                metrics, trajs = runner.evaluate(*args)
+                return metrics, (trajs if keep else [])
+
+            results = self.env_runner_group.foreach_env_runner(
+                run,
+                local_env_runner=False,
+                remote_worker_ids=self._runner_ids()[:1],
+            )
+            if not results:
+                raise RunnerFailure("the env runner chosen for evaluation failed; see its log")
+            metrics, trajs = results[0]
+        if keep:
+            trajectories.extend(trajs)
+        return metrics
 
     def evaluate_suites(
         self, suites: dict[str, list[EvalEnv]] | None = None, **kwargs
