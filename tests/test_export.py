@@ -146,3 +146,35 @@ def test_a_corrupt_checkpoint_or_a_used_folder_is_refused(checkpoints, tmp_path)
     with pytest.raises(FileExistsError, match="not empty"):
         export_module(load_module(paths["full"]), used)
     assert (used / "keep.txt").read_text() == "mine"
+
+
+def test_the_cli_export_records_the_training_prompt_with_the_users_permissions(
+    checkpoints, tmp_path
+):
+    """`rllib export` writes the folder as the user's umask allows (not owner-only) and
+    ragen_rllib.json: the run's prompt wording, prefill and sampling settings."""
+    import json
+    import os
+
+    from conftest import TINY
+
+    paths, _ = checkpoints
+    out = tmp_path / "served"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragen_rllib.cli", "export", paths["full"], str(out)],
+        env=private_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask
+    for f in out.iterdir():
+        assert f.stat().st_mode & 0o777 == 0o666 & ~umask, f
+    settings = json.loads((out / "ragen_rllib.json").read_text())
+    assert settings["temperature"] == 1.0 and settings["max_new_tokens"] == TINY["max_new_tokens"]
+    (env,) = settings["envs"]
+    assert env["env"] == TINY["env"]
+    assert env["prompt"]["prefill"] == "<think>" and "{observation}" in env["prompt"]["turn"]

@@ -16,7 +16,11 @@ from ragen_rllib.cli.experiments import UsageError
 
 
 def export(args: argparse.Namespace) -> int:
-    from ragen_rllib.algorithms.starpo.export import export_module, load_module
+    from ragen_rllib.algorithms.starpo.export import (
+        export_module,
+        load_module,
+        training_settings,
+    )
 
     path = Path(args.checkpoint).expanduser()
     if not path.is_dir():
@@ -24,7 +28,11 @@ def export(args: argparse.Namespace) -> int:
     try:
         module = load_module(path)
         files = export_module(
-            module, Path(args.dir).expanduser(), with_critic=args.with_critic, dtype=args.dtype
+            module,
+            Path(args.dir).expanduser(),
+            with_critic=args.with_critic,
+            dtype=args.dtype,
+            settings=training_settings(path),
         )
     except (CorruptCheckpointError, FileExistsError, FileNotFoundError) as err:
         raise UsageError(str(err)) from err

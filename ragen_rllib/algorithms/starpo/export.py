@@ -7,7 +7,11 @@ LoRA adapters are merged into the weights (W = W0 + alpha / rank * B A), so the
 model is the one the checkpoint's actor computes; the log-probabilities of the
 exported model equal the checkpoint's. The critic is left out, or written to
 ``critic/`` beside it (its transformer as a Hugging Face ``AutoModel``
-directory and the value head as ``value_head.safetensors``).
+directory and the value head as ``value_head.safetensors``). ``ragen_rllib.json``
+records how the model was prompted and sampled in training (each env's prompt
+wording and prefill, the context window, the token budget, the temperatures), so
+that it can be served as it was trained. The folder and its files get the
+permissions of the user's umask, like any file they write.
 
 A checkpoint is read without starting Ray: the RL module's constructor arguments
 and state are unpickled from the algorithm checkpoint (from the learner's own
@@ -18,6 +22,7 @@ every file against the checkpoint's manifest.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -69,6 +74,31 @@ def _module_state(root: Path) -> dict[str, Any]:
     return _load(root / _GROUP_STATE)["learner"]["rl_module"][DEFAULT_MODULE_ID]
 
 
+def training_settings(checkpoint: str | os.PathLike) -> dict[str, Any]:
+    """How the checkpoint's run prompted and sampled the model (``ragen_rllib.json``)."""
+    from dataclasses import asdict
+
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.env_runner.env_mix import format_of, mix_entries
+
+    args = _load(Path(checkpoint) / "class_and_ctor_args.pkl")["ctor_args_and_kwargs"][0]
+    config = StarPOConfig().update_from_dict(args[0])
+    keys = ("llm", "max_turns", "max_new_tokens", "max_context_tokens", "context_window",
+            "temperature", "top_p", "eval_temperature")  # fmt: skip
+    return {
+        **{k: getattr(config, k) for k in keys},
+        "envs": [
+            {
+                "name": entry.name,
+                "env": entry.env,
+                "env_config": entry.env_config,
+                "prompt": asdict(format_of(entry, config)),
+            }
+            for entry in mix_entries(config)
+        ],
+    }
+
+
 def load_module(checkpoint: str | os.PathLike) -> LLMRLModule:
     """The learner's RL module (actor, and critic if it had one) of an algorithm
     checkpoint, with the checkpoint's weights. The checkpoint is verified first."""
@@ -94,10 +124,12 @@ def export_module(
     *,
     with_critic: bool = False,
     dtype: str = "float32",
+    settings: dict[str, Any] | None = None,
 ) -> list[str]:
     """Write ``module``'s actor (LoRA merged) as a Hugging Face model directory ``out``
     (created; it must not exist or be empty), and with ``with_critic`` its critic to
-    ``out/critic``. Returns the files written, relative to ``out``. The module is
+    ``out/critic``, and ``settings`` (:func:`training_settings`) as
+    ``ragen_rllib.json``. Returns the files written, relative to ``out``. The module is
     spent: its adapters are merged and its weights cast in place."""
     from transformers import AutoTokenizer
 
@@ -123,12 +155,24 @@ def export_module(
             head = {k: v.detach().to(getattr(torch, dtype)).contiguous()
                     for k, v in module.value_head.state_dict().items()}  # fmt: skip
             save_file(head, str(tmp / "critic" / "value_head.safetensors"))
+        if settings is not None:
+            (tmp / "ragen_rllib.json").write_text(json.dumps(settings, indent=2) + "\n")
+        _as_umask_allows(tmp)
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+
+
+def _as_umask_allows(root: Path) -> None:
+    """Folders and files as a plain ``mkdir`` and ``open`` would make them (a temporary
+    folder is owner-only)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [root, *root.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _merged(net: torch.nn.Module, lora: bool) -> torch.nn.Module:
