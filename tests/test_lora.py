@@ -151,3 +151,18 @@ def test_the_bandit_is_learnt_with_lora_adapters(tmp_path):
     out = run_script(SCRIPT, tmp_path, timeout=900, define={"CONFIG": LORA_BANDIT})
     assert out["before"] < 0.6 and out["after"] >= 0.9, out
     assert 0 < out["trainable"] < out["total"], out  # adapters only
+
+
+def test_wrapping_a_model_in_adapters_warns_nothing():
+    """peft's wrap asks transformers a renamed question; the user sees no warning for it."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    from ragen_rllib.models.lora import wrap
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("builtin"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        wrap(model, LoraSettings.from_dict(config().llm_module_config()["lora"]))
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)], caught

@@ -19,6 +19,7 @@ Where it sits:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,13 @@ def wrap(model: torch.nn.Module, settings: LoraSettings) -> torch.nn.Module:
         target_modules=target if isinstance(target, str) else list(target),
         bias="none",
     )
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():
+        # peft asks the model is_gradient_checkpointing, which transformers has renamed
+        # and warns about on every wrap; nothing for this project's user to change.
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        return get_peft_model(model, config)
 
 
 def adapter_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
