@@ -29,6 +29,15 @@ class DropMessages(logging.Filter):
         return not any(f in message for f in self.fragments)
 
 
+class _DropPlain(DropMessages):
+    """Drops records that are exactly ``fragment`` or start with it and say nothing more
+    of use (the dashboard's address, when Ray adds it, keeps its line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith(self.fragments) and "dashboard" not in message)
+
+
 def quiet() -> None:
     global _quieted
     if _quieted:
@@ -47,6 +56,18 @@ def quiet() -> None:
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
         DropMessages("Token authentication is enabled")
     )
+    # Tune's and Train's bookkeeping, said at INFO level on every run: a slow trainable
+    # setup (an LLM's is always slow; reuse_actors does not apply to one trial), each
+    # checkpoint's path (the run's last lines name it) and each state snapshot.
+    # (Ray's start says where its dashboard is when there is one: only the plain
+    # notice is dropped.)
+    for name, fragment in (
+        ("ray.tune.trainable.trainable", "Trainable.setup took"),
+        ("ray.train._internal.storage", "Checkpoint successfully created at"),
+        ("ray.tune.tune", "Wrote the latest version of all result files"),
+        ("ray._private.worker", "Started a local Ray instance."),
+    ):
+        logging.getLogger(name).addFilter(_DropPlain(fragment))
     import torch
 
     if not torch.cuda.is_available():

@@ -33,11 +33,27 @@ def trained(tmp_path_factory):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     trial = next((storage / "bandit-cpu").glob("StarPO_*"))
-    return tmp, trial, proc.stdout
+    return tmp, trial, proc.stdout, proc.stderr
+
+
+#: Third-party notices kept off the console (ragen_rllib/console.py says why).
+SILENCED = (
+    "on the new API stack", "Token authentication is enabled", "Install gputil",
+    "Trainable.setup took", "Checkpoint successfully created at",
+    "Wrote the latest version of all result files", "Started a local Ray instance",
+    "Loading weights", "FutureWarning", "RLModuleConfig",
+)  # fmt: skip
+
+
+def test_the_console_holds_the_header_the_iterations_and_no_silenced_notice(trained):
+    _, _, stdout, stderr = trained
+    console = stdout + stderr
+    assert [f for f in SILENCED if f in console] == []
+    assert "== bandit-cpu: StarPO on ragen/Bandit-v0 ==" in stdout and "iter 2: success" in stdout
 
 
 def test_train_file_writes_results_and_a_checkpoint(trained):
-    _, trial, stdout = trained
+    _, trial, stdout, _ = trained
     rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2]
     for row in rows:
@@ -50,7 +66,7 @@ def test_train_file_writes_results_and_a_checkpoint(trained):
 
 
 def test_restore_and_continue_training(trained):
-    tmp, trial, _ = trained
+    tmp, trial, _, _ = trained
     script = f"""
 import json, ray, torch
 from ragen_rllib.algorithms.starpo.starpo import StarPO
@@ -70,7 +86,7 @@ print(json.dumps({{"before": before, "after": result["training_iteration"], "sam
 def test_evaluate_command_prints_success_and_keeps_the_trajectories(trained):
     import pyarrow.parquet as pq
 
-    tmp, trial, _ = trained
+    tmp, trial, _, _ = trained
     kept = tmp / "eval" / "trajectories.parquet"
     proc = subprocess.run(
         [
@@ -98,7 +114,7 @@ def test_evaluate_command_prints_success_and_keeps_the_trajectories(trained):
 
 
 def test_evaluate_command_runs_a_suite_with_pass_at_k(trained):
-    tmp, trial, _ = trained
+    tmp, trial, _, _ = trained
     out = tmp / "bandit_suite.json"
     proc = subprocess.run(
         [
@@ -208,7 +224,7 @@ print(json.dumps(out))
 
 
 def test_evaluate_names_a_truncated_checkpoint_file(trained, tmp_path):
-    _, trial, _ = trained
+    _, trial, _, _ = trained
     ckpt = tmp_path / "checkpoint_000000"
     shutil.copytree(trial / "checkpoint_000000", ckpt)
     state = next(p for p in sorted(ckpt.rglob("*.pkl")) if p.stat().st_size > 100)
