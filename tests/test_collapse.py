@@ -13,9 +13,9 @@ from ragen_rllib.maths.collapse import (
     EarlyWarning,
     distinct_n,
     distinct_n_within_groups,
+    own_reasoning,
     pair_information,
     template_repetition,
-    think_text,
 )
 
 M = 8
@@ -71,12 +71,16 @@ def test_pair_information_rejects_bad_shapes():
         pair_information(torch.zeros(2, 2), [1, 0])
 
 
-def test_think_text_distinct_n_and_template_repetition_on_hand_made_texts():
-    assert think_text("<think> go up then left </think> <answer> Up </answer>") == (
-        "go up then left"
-    )
-    assert think_text("<think> cut short") == "cut short"
-    assert think_text("<answer> Up </answer>") == ""
+def test_own_reasoning_distinct_n_and_template_repetition_on_hand_made_texts():
+    # The model's own text up to </think>, tags removed, never the prefill's words.
+    answer = "<think> go up then left </think> <answer> Up </answer>"
+    assert own_reasoning(answer) == "go up then left"
+    assert own_reasoning(answer, prefill="<think>") == "go up then left"
+    assert own_reasoning("<think> cut short", prefill="<think>") == "cut short"
+    # A prefill that closes the think block leaves the model its answer only.
+    fixed = "<think> go </think> <answer>"
+    assert own_reasoning(fixed + " Up || Left </answer>", prefill=fixed) == "Up || Left"
+    assert own_reasoning(fixed + " </answer>", prefill=fixed) == ""
     texts = ["a b c", "a b d"]
     # unigrams: a b c a b d -> {a, b, c, d} / 6; bigrams: ab bc ab bd -> 3 / 4
     assert distinct_n(texts, 1) == pytest.approx(4 / 6)
@@ -318,3 +322,21 @@ def test_two_prompts_give_a_zero_z_score_without_a_warning():
         warnings.simplefilter("error")
         info = pair_information([[-1.0, -2.0], [-3.0, -0.5]], [2, 2])
     assert info.mi_zscore == 0.0 and info.retrieval_acc_at_1 == 1.0
+
+
+def test_diversity_metrics_read_the_models_text_not_a_fixed_prefill():
+    """With the Sokoban examples' prefill (a closed think block), the metrics measure
+    the moves the model wrote: varied answers are not one template."""
+    from ragen_rllib.algorithms.starpo.collapse import diversity_metrics
+    from ragen_rllib.env_runner.trajectory import Trajectory
+
+    fixed = "<think> go </think> <answer>"
+    moves = ["Up || Left", "Down", "Right || Right || Up", "Left || Down"]
+    trajs = []
+    for group, move in enumerate(moves):
+        t = Trajectory(env_id="e", seed=group, group=group, prefill=fixed)
+        t.answers = [f"{fixed} {move} </answer>"]
+        trajs.append(t)
+    out = diversity_metrics(trajs)
+    assert out["template_repetition"] == pytest.approx(1 / 4)
+    assert out["distinct_2"] > 0.5 and out["distinct_1"] > 0.3

@@ -287,6 +287,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 seed=seed,
                 group=group,
                 policy_version=self.engine.policy_version,
+                prefill=chat.prefill,
             )
             trajs.append(traj)
             try:

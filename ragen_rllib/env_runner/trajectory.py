@@ -77,7 +77,8 @@ class Trajectory:
     turn_observations: list[str] = field(default_factory=list)
     turn_prompts: list[str] = field(default_factory=list)
     turn_infos: list[dict[str, Any]] = field(default_factory=list)
-    answers: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)  # each: the prefill + the decoded text
+    prefill: str = ""  # the text the runner placed before every generation
     done: bool = False
     success: bool = False
     #: why the trajectory ended: "terminated", "truncated", "max_turns", "context_overflow",

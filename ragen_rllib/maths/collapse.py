@@ -9,7 +9,8 @@ the prompt X with a mutual-information estimate from a matrix of
 log-likelihoods. Everything here is pure (no Ray, no model): the algorithm
 feeds it the batch's texts, the actor's scores and the per-iteration metrics.
 
-* :func:`distinct_n` and :func:`template_repetition`: diversity of think texts.
+* :func:`own_reasoning`, :func:`distinct_n` and :func:`template_repetition`:
+  diversity of the reasoning the model wrote itself (never the prefill's text).
 * :func:`pair_information`: from ``L[i, j] = log p(z_j | x_i)`` (reasoning j scored
   under prompt i) the MI estimate, its z-score against the mismatched pairs, the
   conditional entropy per token and retrieval accuracy.
@@ -28,16 +29,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 #: Numbers and coordinates ("3", "2,3", "-0.1") become "#" before templates compare.
 _NUMBERS = re.compile(r"-?\d+(?:[.,]\d+)*")
 
 
-def think_text(answer: str) -> str:
-    """The reasoning of an answer: what stands between ``<think>`` and ``</think>``
-    (to the end when the closing tag is missing; empty without ``<think>``)."""
-    found = _THINK.search(answer)
-    return found.group(1).strip() if found else ""
+_TAG = re.compile(r"</?\w+>")
+
+
+def own_reasoning(answer: str, prefill: str = "") -> str:
+    """The reasoning the model wrote in ``answer`` (which starts with the ``prefill``
+    the runner placed before its generation): its own text up to ``</think>``, or all
+    of it when it writes none (a prefill that closes the think block leaves it only
+    the answer to write), with the tags removed. A fixed prefill's words never count:
+    they would read as one repeated template."""
+    own = answer[len(prefill) :] if prefill and answer.startswith(prefill) else answer
+    end = own.find("</think>")
+    return " ".join(_TAG.sub(" ", own if end < 0 else own[:end]).split())
 
 
 def distinct_n(texts: Sequence[str], n: int) -> float:

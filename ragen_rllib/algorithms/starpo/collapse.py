@@ -29,9 +29,9 @@ from ragen_rllib.maths.collapse import (
     EarlyWarning,
     distinct_n,
     distinct_n_within_groups,
+    own_reasoning,
     pair_information,
     template_repetition,
-    think_text,
 )
 from ragen_rllib.models.resolve import resolve_model
 
@@ -39,12 +39,13 @@ GUARDS = ("off", "stop", "checkpoint")
 
 
 def diversity_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    """The think texts' diversity over a batch: every answer of every trajectory."""
+    """The diversity of the model's own reasoning over a batch: every answer of every
+    trajectory, its prefill removed (:func:`~ragen_rllib.maths.collapse.own_reasoning`)."""
     start = time.perf_counter()
     texts, groups = [], []
     for t in trajectories:
         for answer in t.answers:
-            texts.append(think_text(answer))
+            texts.append(own_reasoning(answer, t.prefill))
             groups.append(t.group)
     out = {
         "distinct_1": distinct_n(texts, 1),
