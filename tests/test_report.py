@@ -273,3 +273,24 @@ def test_report_of_a_bench_train_cpu_run(tmp_path):
     assert (trial / "report" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (trial / "report" / "report.html").read_text()
     assert '"trajectories"' in page and "Bandit" in page
+
+
+def test_panels_show_what_was_logged_with_the_loss_terms_and_smooth_long_series():
+    from ragen_rllib.cli.report import panel_series, smoothed
+
+    rows = []
+    for i in range(1, 101):
+        learner = {"policy_loss": (-1) ** i * 0.1, "clip_frac": 0.1, "clip_frac_low": 0.04,
+                   "clip_frac_high": 0.06, "kl_to_reference": 0.01 * i,
+                   "actor_learning_rate": 1e-4}  # fmt: skip
+        rows.append({"training_iteration": i, "rollout": {"success_rate": 0.5},
+                     "learners": {"default_policy": learner}})  # fmt: skip
+    titles = {title: lines for title, (lines,) in panel_series([rows])}
+    # A single env logs no per-env success: no empty env_mix panels.
+    assert not [t for t in titles if "per env" in t]
+    assert {"policy loss", "KL to reference", "learning rate (actor)"} <= set(titles)
+    assert [name for name, _, _ in titles["clipped share of tokens"]] == ["all", "low", "high"]
+    # The moving average reads through alternating noise: its swing is far smaller.
+    _, _, loss = titles["policy loss"][0]
+    tail = smoothed(loss)[50:]
+    assert max(tail) - min(tail) < 0.2 * (max(loss) - min(loss))

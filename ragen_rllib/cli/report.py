@@ -42,6 +42,12 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("gradient norm (actor)", (("", "learners/default_policy/gradients_actor_global_norm"),)),
     ("response length (tokens)", (("", "rollout/response_length_mean"),)),
     ("KL to behaviour (approx.)", (("", "learners/default_policy/approx_kl"),)),
+    ("policy loss", (("", "learners/default_policy/policy_loss"),)),
+    ("clipped share of tokens", (("all", "learners/default_policy/clip_frac"),
+                                 ("low", "learners/default_policy/clip_frac_low"),
+                                 ("high", "learners/default_policy/clip_frac_high"))),
+    ("KL to reference", (("", "learners/default_policy/kl_to_reference"),)),
+    ("learning rate (actor)", (("", "learners/default_policy/actor_learning_rate"),)),
     ("MI(prompt; reasoning), nats", (("", "collapse/mi"),)),
     ("MI z-score", (("", "collapse/mi_zscore"),)),
     ("H(reasoning | prompt) per token", (("", "collapse/conditional_entropy"),)),
@@ -163,54 +169,82 @@ def warning_iteration(rows: list[dict[str, Any]]) -> int | None:
     return fired[0] if fired else None
 
 
+def smoothed(ys: list[float], points: int = 30) -> list[float]:
+    """An exponential moving average whose span is about a ``points``-th of the series,
+    so a long run's curve reads through its iteration-to-iteration noise."""
+    alpha = min(1.0, points / max(1, len(ys)))
+    out, level = [], ys[0]
+    for y in ys:
+        level = alpha * y + (1 - alpha) * level
+        out.append(level)
+    return out
+
+
+def panel_series(results: list[list[dict]]) -> list[tuple[str, list[list[tuple]]]]:
+    """The panels of :data:`PANELS` that some trial logged: per panel, per trial, its
+    (name, xs, ys) series. A panel nothing logged (a single env's per-env panels, the
+    MI of a run that does not measure it) is left out."""
+    out = []
+    for title, series in PANELS:
+        per_trial = []
+        for rows in results:
+            concrete = []
+            for name, path in series:
+                concrete += [(name, path)] if "*" not in path else expand(path, rows)
+            lines = []
+            for name, path in concrete:
+                points = [(r[ITERATION], lookup(r, path)) for r in rows if ITERATION in r]
+                points = [(x, y) for x, y in points if y == y]  # some are logged every n
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    lines.append((name, list(xs), list(ys)))
+            per_trial.append(lines)
+        if any(per_trial):
+            out.append((title, per_trial))
+    return out
+
+
 def plot_curves(trials: list[Path], labels: list[str], results: list[list[dict]]) -> bytes:
-    """The panels of :data:`PANELS` as one PNG (bytes)."""
+    """The logged panels of :data:`PANELS` as one PNG (bytes). A series of more than 60
+    points is drawn faint, with its moving average (:func:`smoothed`) over it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    panels = panel_series(results)
     cols = 3
-    rows_n = math.ceil(len(PANELS) / cols)
+    rows_n = max(1, math.ceil(len(panels) / cols))
     fig, axes = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 3.3 * rows_n), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = ("-", "--", ":", "-.")
     single = len(results) == 1
-    for ax, (title, series) in zip(axes.flat, PANELS, strict=False):
-        drawn = 0
-        for t, rows in enumerate(results):
-            concrete = []
-            for name, path in series:
-                concrete += [(name, path)] if "*" not in path else expand(path, rows)
-            for s, (name, path) in enumerate(concrete):
-                points = [(r[ITERATION], lookup(r, path)) for r in rows if ITERATION in r]
-                points = [(x, y) for x, y in points if y == y]  # some are logged every n
-                if not points:
-                    continue
-                xs, ys = zip(*points, strict=True)
+    for ax, (title, per_trial) in zip(axes.flat, panels, strict=False):
+        for t, lines in enumerate(per_trial):
+            for s, (name, xs, ys) in enumerate(lines):
                 # One trial: a colour per series; a sweep: a colour per trial, a line
                 # style per series.
                 colour = colours[(s if single else t) % len(colours)]
                 style = "-" if single else styles[s % len(styles)]
                 label = " ".join(x for x in ("" if single else labels[t], name) if x)
-                ax.plot(xs, ys, style, color=colour, marker="o" if len(points) < 12 else None,
-                        ms=3, lw=1.3, label=label or None)  # fmt: skip
-                drawn += 1
-            warned = warning_iteration(rows)
-            if warned is not None and drawn:  # an empty panel gets no marker
+                long = len(xs) > 60
+                ax.plot(xs, ys, style, color=colour, marker="o" if len(xs) < 12 else None,
+                        ms=3, lw=0.8 if long else 1.3, alpha=0.3 if long else 1.0,
+                        label=None if long else (label or None))  # fmt: skip
+                if long:
+                    ax.plot(xs, smoothed(ys), style, color=colour, lw=1.5, label=label or None)
+            warned = warning_iteration(results[t])
+            if warned is not None and lines:  # an empty panel gets no marker
                 ax.axvline(warned, color="red" if single else colours[t % len(colours)],
                            ls=":", lw=1.2)  # fmt: skip
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("iteration", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-        if drawn == 0:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes,
-                    color="grey")  # fmt: skip
-        elif any(line.get_label() and not line.get_label().startswith("_")
-                 for line in ax.get_lines()):  # fmt: skip
+        if any(line.get_label() and not line.get_label().startswith("_")
+               for line in ax.get_lines()):  # fmt: skip
             ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(PANELS) :]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     notes = [f"{lab}: collapse warning at {w}" for lab, rows in zip(labels, results, strict=True)
              if (w := warning_iteration(rows)) is not None]  # fmt: skip
