@@ -109,6 +109,11 @@ def test_report_of_one_trial_holds_curves_and_trajectories(tmp_path, capsys):
     assert observation == "P_G\n_O_" and reward == 0.5 and advantage == 0.25 and valid
     assert trajectories[1]["turns"][0][1:3] == ["plan 1", "Up"]
     assert "collapse warning" in page and ">12<" in page  # the summary's warning column
+    # The settings table: the trial's params.json, a row per setting it has.
+    settings = page.split("<summary>Settings</summary>")[1].split("</details>")[0]
+    assert "<th>lr</th><td>0.0001</td>" in settings
+    assert "<th>env</th><td>&quot;ragen/Demo-v0&quot;</td>" in settings
+    assert "kl_coeff" not in settings  # not in this trial's params
 
 
 def test_report_of_a_sweep_labels_trials_by_what_differs(tmp_path):

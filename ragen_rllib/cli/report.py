@@ -289,7 +289,7 @@ def report(args: argparse.Namespace) -> int:
         for trial, label in zip(trials, labels, strict=True):
             trajectories += collect_trajectories(trial, label, args.max_trajectories)
             bar.update()
-        html = render_html(run_dir.name, labels, results, png, trajectories)
+        html = render_html(run_dir.name, labels, results, png, trajectories, params)
         (out / "report.html").write_text(html, encoding="utf-8")
         bar.update()
     by_seed = seed_groups(params)

@@ -116,6 +116,29 @@ def _summary(labels: list[str], results: list[list[dict]]) -> str:
     return "".join(cells)
 
 
+#: The settings the report's table shows for each trial (its params.json).
+SETTINGS = (
+    "env", "llm", "advantage_estimator", "env_groups", "group_size", "max_turns",
+    "max_new_tokens", "context_window", "prompt_style", "prefill", "lr",
+    "filter_strategy", "filter_keep_ratio", "clip_low", "clip_high", "kl_coeff",
+    "entropy_coeff", "lora_rank", "async_rollouts", "seed",
+)  # fmt: skip
+
+
+def _settings(labels: list[str], params: list[dict[str, Any]], most: int = 8) -> str:
+    """A table of :data:`SETTINGS`: a row per setting, a column per trial (the first
+    ``most``), every value escaped."""
+    shown = list(zip(labels, params, strict=True))[:most]
+    head = "<tr><th>setting</th>" + "".join(f"<th>{html.escape(lab)}</th>" for lab, _ in shown)
+    rows = [head + "</tr>"]
+    for key in SETTINGS:
+        if all(key not in p for _, p in shown):
+            continue
+        cells = "".join(f"<td>{html.escape(json.dumps(p.get(key)))}</td>" for _, p in shown)
+        rows.append(f"<tr><th>{html.escape(key)}</th>{cells}</tr>")
+    return "".join(rows)
+
+
 def _fmt(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, int | float) and value == value else "-"
 
@@ -126,12 +149,14 @@ def render_html(
     results: list[list[dict]],
     png: bytes,
     trajectories: list[dict[str, Any]],
+    params: list[dict[str, Any]] | None = None,
 ) -> str:
     data = embed_json({"trajectories": trajectories})
     image = base64.b64encode(png).decode("ascii")
     return (
         PAGE.replace("@@TITLE@@", html.escape(title))
         .replace("@@SUMMARY@@", _summary(labels, results))
+        .replace("@@SETTINGS@@", _settings(labels, params or [{} for _ in labels]))
         .replace("@@IMAGE@@", image)
         .replace("@@COUNT@@", str(len(trajectories)))
         .replace("@@DATA@@", data)
@@ -146,12 +171,17 @@ PAGE = """<!DOCTYPE html>
 <style>
 body{font-family:system-ui,sans-serif;margin:1.2em;color:#222}
 h1{font-size:1.3em} h2{font-size:1.1em;margin-top:1.4em}
-table.sum td,table.sum th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}
+table.sum td,table.sum th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left;
+ overflow-wrap:anywhere}
+select{max-width:22em}
 img.curves{max-width:100%;border:1px solid #ddd}
 #filters label{margin-right:1em} #filters select{margin-left:.3em}
 #browser{display:flex;gap:1.2em;align-items:flex-start}
-#listbox{flex:0 0 auto;max-height:80vh;overflow:auto} #detail{flex:1 1 0;min-width:20em}
-#list{font-size:.9em;border-collapse:collapse} #list td{padding:2px 8px;cursor:pointer}
+#listbox{flex:0 1 30em;max-width:40%;max-height:80vh;overflow:auto}
+#detail{flex:1 1 0;min-width:20em}
+#list{font-size:.9em;border-collapse:collapse}
+#list td{padding:2px 8px;cursor:pointer;max-width:14em;overflow:hidden;text-overflow:ellipsis;
+ white-space:nowrap}
 #list tr:hover{background:#eef} #list tr.sel{background:#dde}
 .turn{border:1px solid #ccc;margin:.5em 0;padding:.4em .6em;border-radius:4px}
 pre{margin:.2em 0;white-space:pre-wrap;word-break:break-all}
@@ -163,6 +193,7 @@ pre.grid{font-family:ui-monospace,monospace;font-size:1.05em;background:#f6f6f6;
 <h1>ragen-rllib report: @@TITLE@@</h1>
 <table class="sum"><tr><th>trial</th><th>iterations</th><th>train success (last)</th>
 <th>eval success (last)</th><th>collapse warning</th></tr>@@SUMMARY@@</table>
+<details><summary>Settings</summary><table class="sum">@@SETTINGS@@</table></details>
 <h2>Curves</h2>
 <img class="curves" alt="training curves" src="data:image/png;base64,@@IMAGE@@">
 <h2>Trajectories (<span id="total">@@COUNT@@</span> dumped)</h2>
@@ -253,7 +284,10 @@ function render() {
   for (const t of found.slice(page * PAGE, (page + 1) * PAGE)) {
     const row = el("tr");
     for (const v of [t.trial, t.iteration, t.env, t.group, t.seed, t.turns.length,
-                     num(t.reward), t.success ? "yes" : "no"]) row.appendChild(el("td", v));
+                     num(t.reward), t.success ? "yes" : "no"]) {
+      const cell = row.appendChild(el("td", v));
+      cell.title = String(v);  // the whole text where a long name is cut short
+    }
     row.lastChild.className = t.success ? "ok" : "bad";
     if (t === chosen) row.className = "sel";
     row.addEventListener("click", () => { show(t); render(); });
