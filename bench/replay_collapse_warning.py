@@ -94,7 +94,7 @@ def plot(series, out: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = ("success", "in_group_std_ema", "step_kl_ema", "grad_norm_ema", "entropy_ema")
+    keys = ("success", "in_group_reward_std_ema", "step_kl_ema", "grad_norm_ema", "entropy_ema")
     titles = ("training success", "in-group reward std (EMA)", "approx. KL of the update (EMA)",
               "actor gradient norm (EMA)", "entropy (EMA)")  # fmt: skip
     fig, axes = plt.subplots(1, 5, figsize=(22, 3.6))

@@ -238,7 +238,8 @@ def test_the_warning_is_logged_and_the_guard_acts(tmp_path):
         # The indicators are logged every iteration.
         for row in rows:
             assert 0 <= row["distinct_1"] <= 1 and 0 < row["template_repetition"] <= 1
-            assert {"in_group_std_ema", "step_kl_ema", "grad_norm_ema", "entropy_ema"} <= set(row)
+            emas = {"in_group_reward_std_ema", "step_kl_ema", "grad_norm_ema", "entropy_ema"}
+            assert emas <= set(row)
         assert [row["warning"] for row in rows[:3]] == [0, 0, 3]
         # The information metrics every 2nd iteration (1, 3, 5): 2 groups from two
         # FrozenLake states, so M = 2 distinct first-turn prompts, and MI <= log M.
@@ -340,3 +341,14 @@ def test_diversity_metrics_read_the_models_text_not_a_fixed_prefill():
     out = diversity_metrics(trajs)
     assert out["template_repetition"] == pytest.approx(1 / 4)
     assert out["distinct_2"] > 0.5 and out["distinct_1"] > 0.3
+
+
+def test_a_checkpoints_warning_state_under_the_old_ema_name_is_restored():
+    from ragen_rllib.algorithms.starpo.collapse import CollapseWatch
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+
+    watch = CollapseWatch(StarPOConfig.from_user_dict({"env": "ragen/Bandit-v0"}))
+    state = watch.get_state()
+    state["ema"] = {"in_group_std": 0.7, "step_kl": 0.01}
+    watch.set_state(state)
+    assert watch.warning.ema == {"in_group_reward_std": 0.7, "step_kl": 0.01}

@@ -137,7 +137,7 @@ def test_the_connector_keeps_whole_groups_and_logs_what_it_kept():
     assert {t.group for t in trajs} == {3, 6} and len(trajs) == 8
     assert metrics.values["filter/kept_fraction"] == 0.25
     assert metrics.values["filter/groups_kept"] == 2
-    assert metrics.values["filter/in_group_std_before"] == pytest.approx(0.2)
-    assert metrics.values["filter/in_group_std_after"] == pytest.approx(0.425)
+    assert metrics.values["filter/in_group_reward_std_before"] == pytest.approx(0.2)
+    assert metrics.values["filter/in_group_reward_std_after"] == pytest.approx(0.425)
     everything = RolloutFilter("top_k", 1.0, "largest", True, "reward_std")
     assert everything.keeps_everything

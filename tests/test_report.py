@@ -299,3 +299,14 @@ def test_panels_show_what_was_logged_with_the_loss_terms_and_smooth_long_series(
     _, _, loss = titles["policy loss"][0]
     tail = smoothed(loss)[50:]
     assert max(tail) - min(tail) < 0.2 * (max(loss) - min(loss))
+
+
+def test_runs_logged_under_the_old_metric_names_read_the_same():
+    from ragen_rllib.cli.report import OLD_NAMES, lookup
+
+    old = {"rollout": {"reward_std": 0.4}, "filter": {"in_group_std_after": 0.3}}
+    assert lookup(old, "rollout/batch_reward_std") == 0.4
+    assert lookup(old, "filter/in_group_reward_std_after") == 0.3
+    new = {"rollout": {"batch_reward_std": 0.5, "reward_std": 0.4}}
+    assert lookup(new, "rollout/batch_reward_std") == 0.5  # the new name first
+    assert all(lookup({}, name) != lookup({}, name) for name in OLD_NAMES)  # NaN, no loop

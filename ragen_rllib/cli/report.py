@@ -37,7 +37,8 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("eval success per env (env_mix) and suite env",
      (("", "evaluation/*/success_rate"), ("", "evaluation/*/*/success_rate"))),
     ("reward", (("", "rollout/reward_mean"),)),
-    ("in-group reward std", (("", "rollout/in_group_reward_std"),)),
+    ("in-group reward std", (("sampled", "rollout/in_group_reward_std"),
+                             ("kept by the filter", "filter/in_group_reward_std_after"))),
     ("entropy", (("", "learners/default_policy/entropy"),)),
     ("gradient norm (actor)", (("", "learners/default_policy/gradients_actor_global_norm"),)),
     ("response length (tokens)", (("", "rollout/response_length_mean"),)),
@@ -86,11 +87,23 @@ def read_results(trial: Path) -> list[dict[str, Any]]:
     return rows
 
 
+#: Metric names that changed, new -> old: runs logged before the change read the same.
+#: (docs/changelog.md lists them.)
+OLD_NAMES = {
+    "rollout/batch_reward_std": "rollout/reward_std",
+    "filter/in_group_reward_std_before": "filter/in_group_std_before",
+    "filter/in_group_reward_std_after": "filter/in_group_std_after",
+    "collapse/in_group_reward_std_ema": "collapse/in_group_std_ema",
+}
+
+
 def lookup(row: dict[str, Any], path: str) -> float:
+    """The number at ``path`` ("a/b/c") in a result row (under its old name in a row
+    logged before a rename: :data:`OLD_NAMES`); NaN when absent."""
     node: Any = row
     for part in path.split("/"):
         if not isinstance(node, dict) or part not in node:
-            return math.nan
+            return lookup(row, OLD_NAMES[path]) if path in OLD_NAMES else math.nan
         node = node[part]
     return float(node) if isinstance(node, int | float) else math.nan
 

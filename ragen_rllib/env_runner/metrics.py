@@ -39,7 +39,8 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "env_errors": env_errors,
         "success_rate": float(np.mean([t.success for t in trajs])),
         "reward_mean": float(rewards.mean()),
-        "reward_std": float(rewards.std()),
+        # Over the whole batch (population std); the in-group one is the sample std.
+        "batch_reward_std": float(rewards.std()),
         "in_group_reward_std": float(
             in_group_std([t.total_reward for t in trajs], [t.group for t in trajs]).mean()
         ),

@@ -204,10 +204,10 @@ class EarlyWarning:
         values = {"step_kl": step_kl, "grad_norm": grad_norm, "entropy": entropy}
         limits = {"step_kl": self.spike, "grad_norm": self.spike, "entropy": self.entropy_spike}
         if math.isfinite(in_group_std):
-            std = self._smooth("in_group_std", in_group_std)
+            std = self._smooth("in_group_reward_std", in_group_std)
             self.peak_std = max(self.peak_std, std)
         else:  # a missing or NaN spread leaves the EMA (and so the rule) as it was
-            std = self.ema.get("in_group_std", math.nan)
+            std = self.ema.get("in_group_reward_std", math.nan)
         spikes = []
         for key, value in values.items():
             if not math.isfinite(value):

@@ -48,7 +48,7 @@ def in_group_std(rewards: Any, group_ids: Any) -> torch.Tensor:
     # -> [G] float64, groups in ascending id order; a group of one has std 0.
 
     The project's one in-group std: the filter scores groups by it, the
-    ``rollout/in_group_reward_std`` metric and the filter's ``in_group_std_*``
+    ``rollout/in_group_reward_std`` metric and the filter's ``in_group_reward_std_*``
     metrics average it, and GRPO divides by it."""
     return group_stats(rewards, group_ids)[4]
 

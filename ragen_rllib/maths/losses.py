@@ -196,10 +196,12 @@ _KL = {
 KL_ESTIMATORS = tuple(_KL)
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3_st") -> torch.Tensor:
+def kl_penalty(
+    logp: torch.Tensor, reference_logp: torch.Tensor, kind: str = "k3_st"
+) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) on tokens sampled from pi  # [B, T].
 
-    With d = logp - ref_logp (ref_logp has no gradient). As a loss term, what
+    With d = logp - reference_logp (reference_logp has no gradient). As a loss term, what
     matters is the expected gradient over tokens y ~ pi, with
     g = grad log pi(y) and E_pi[g] = 0:
 
@@ -222,7 +224,7 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3_st") 
     """
     if kind not in _KL:
         raise ValueError(f"kind must be one of {KL_ESTIMATORS}, got {kind!r}")
-    return _KL[kind](logp - ref_logp.to(logp.dtype))
+    return _KL[kind](logp - reference_logp.to(logp.dtype))
 
 
 def _logp_entropy_chunk(

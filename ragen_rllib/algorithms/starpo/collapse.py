@@ -86,6 +86,10 @@ def first_turn_pairs(
     return prompts, reasonings
 
 
+#: Names the early warning's EMAs had before; a restored checkpoint is read with them.
+RENAMED_EMA = {"in_group_std": "in_group_reward_std"}
+
+
 class CollapseWatch:
     """The early warning over a run's iterations, its state kept in checkpoints."""
 
@@ -163,4 +167,6 @@ class CollapseWatch:
 
     def set_state(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
+            if key == "ema" and "in_group_std" in value:  # a checkpoint before the rename
+                value = {RENAMED_EMA.get(k, k): v for k, v in value.items()}
             setattr(self.warning, key, value)
