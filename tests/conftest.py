@@ -48,6 +48,49 @@ def tiny_config(**overrides: Any):
     return StarPOConfig.from_user_dict(tiny_dict(**overrides))
 
 
+def frozenlake_gae_config(**overrides: Any):
+    """Multi-turn FrozenLake trajectories of different lengths, GAE (actor and critic),
+    the pretrained built-in model."""
+    base = dict(
+        env="ragen/FrozenLakeNoSlip-v0",
+        llm="builtin",
+        group_size=4,
+        max_turns=3,
+        max_new_tokens=16,
+        minibatch_size=8,
+        advantage_estimator="gae",
+        lr=1e-4,
+        seed=0,
+    )
+    return tiny_config(**{**base, **overrides})
+
+
+def learner_logp_gap(config: Any, trajectories: list, module: Any = None):
+    """The learner's side of token-in, token-out: ``trajectories`` through the learner
+    pipeline and a fresh RL module's (or ``module``'s) forward pass. Returns the max
+    |learner log-prob - engine log-prob| over the sampled tokens, their count, and the
+    batch; the count is checked against the trajectories' own."""
+    import torch
+
+    from ragen_rllib.connectors.learner import build_learner_pipeline
+    from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
+
+    if module is None:
+        module = LLMRLModule(
+            observation_space=None, action_space=None, model_config=config.llm_module_config()
+        )
+    batch = build_learner_pipeline(config)(
+        rl_module={"default_policy": module}, batch={}, episodes=trajectories
+    )["default_policy"]
+    with torch.no_grad():
+        out = module.forward_train(batch)
+    mask = batch["response_mask"] > 0
+    tokens = int(mask.sum())
+    assert tokens == sum(t.response_tokens for t in trajectories) > 0
+    gap = (out["logp"] - torch.as_tensor(batch["behaviour_logp"]))[mask].abs().max().item()
+    return gap, tokens, batch
+
+
 def private_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The environment for a subprocess: this one's, with a private HOME under ``tmp``
     (keeps ~/ray_results and Ray's files out of the user's home), unbuffered output,

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import first_adamw_step_bound, tiny_config
+from conftest import first_adamw_step_bound, frozenlake_gae_config
 
-from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.learner.starpo_learner import _zero_weighted
@@ -23,21 +22,7 @@ from ragen_rllib.maths.batching import (
 from ragen_rllib.maths.losses import token_logprobs_and_entropy
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
-
-def config(**overrides) -> StarPOConfig:
-    """Multi-turn FrozenLake trajectories of different lengths, the pretrained model."""
-    base = dict(
-        env="ragen/FrozenLakeNoSlip-v0",
-        llm="builtin",
-        group_size=4,
-        max_turns=3,
-        max_new_tokens=16,
-        minibatch_size=8,
-        advantage_estimator="gae",
-        lr=1e-4,
-        seed=0,
-    )
-    return tiny_config(**{**base, **overrides})
+config = frozenlake_gae_config
 
 
 @pytest.fixture(scope="module")

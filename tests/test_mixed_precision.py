@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import run_script, tiny_config
+from conftest import frozenlake_gae_config, run_script
 
 from ragen_rllib.distributed.wire import from_wire, to_wire
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
@@ -15,20 +15,7 @@ from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 MODULE = "default_policy"
 
 
-def config(**overrides):
-    """Multi-turn FrozenLake with GAE (actor and critic), the pretrained model."""
-    base = dict(
-        env="ragen/FrozenLakeNoSlip-v0",
-        llm="builtin",
-        group_size=4,
-        max_turns=3,
-        max_new_tokens=16,
-        minibatch_size=8,
-        advantage_estimator="gae",
-        lr=1e-4,
-        seed=0,
-    )
-    return tiny_config(**{**base, **overrides})
+config = frozenlake_gae_config
 
 
 @pytest.fixture(scope="module")

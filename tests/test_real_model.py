@@ -10,12 +10,9 @@ the folder converted from the GGUF file."""
 from __future__ import annotations
 
 import pytest
-import torch
-from conftest import tiny_config
+from conftest import learner_logp_gap, tiny_config
 
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 pytestmark = pytest.mark.slow
 
@@ -87,18 +84,6 @@ def test_the_sequence_is_the_engine_ids_and_the_template_ids_between_turns(playe
 def test_learner_logprobs_of_the_sampled_tokens_match_the_engine(played):
     runner, trajs, _ = played
     cfg = runner.config
-    module = LLMRLModule(
-        observation_space=None, action_space=None, model_config=cfg.llm_module_config()
-    )
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
-    with torch.no_grad():
-        out = module.forward_train(batch)
-    mask = batch["response_mask"] > 0
-    assert int(mask.sum()) == sum(t.response_tokens for t in trajs) > 0
-    diff = (out["logp"] - batch["behaviour_logp"])[mask].abs().max().item()
-    print(
-        f"{cfg.engine}: max |learner logp - engine logp| over {int(mask.sum())} tokens: {diff:.2e}"
-    )
+    diff, tokens, _ = learner_logp_gap(cfg, trajs)
+    print(f"{cfg.engine}: max |learner logp - engine logp| over {tokens} tokens: {diff:.2e}")
     assert diff <= 1e-4, diff  # measured: 2.9e-5 (HF), 3.7e-5 (vLLM CPU), float32

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import learner_logp_gap, tiny_config
 
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.engines.base import Generation
@@ -55,17 +55,7 @@ def test_token_in_token_out_logprobs_match_the_learner(runner):
     cfg = runner.config
     trajs = runner.sample()
     assert len(trajs) == cfg.env_groups * cfg.group_size
-    module = LLMRLModule(
-        observation_space=None, action_space=None, model_config=cfg.llm_module_config()
-    )
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
-    with torch.no_grad():
-        out = module.forward_train(batch)
-    mask = batch["response_mask"] > 0
-    assert int(mask.sum()) == sum(t.response_tokens for t in trajs) > 0
-    diff = (out["logp"] - batch["behaviour_logp"])[mask].abs().max().item()
+    diff, _, _ = learner_logp_gap(cfg, trajs)
     assert diff <= 1e-4, diff
 
 

@@ -16,13 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import private_env, run_script, tiny_config, tiny_dict
+from conftest import learner_logp_gap, private_env, run_script, tiny_config, tiny_dict
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.engines.hf_engine import HFEngine
-from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 pytestmark = pytest.mark.vllm
 
@@ -196,18 +194,8 @@ def test_token_in_token_out_with_the_vllm_engine(runner):
     assert len(trajs) == cfg.env_groups * cfg.group_size
     assert max(t.num_turns for t in trajs) >= 2
     assert runner.engine.prompt_tokens_reused > before
-    module = LLMRLModule(
-        observation_space=None, action_space=None, model_config=cfg.llm_module_config()
-    )
     # The engine holds the shipped weights (the weight-update test put them back).
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
-    with torch.no_grad():
-        out = module.forward_train(batch)
-    mask = batch["response_mask"] > 0
-    assert int(mask.sum()) == sum(t.response_tokens for t in trajs) > 0
-    diff = (out["logp"] - batch["behaviour_logp"])[mask].abs().max().item()
+    diff, _, _ = learner_logp_gap(cfg, trajs)
     assert diff <= 1e-4, diff
 
 
