@@ -114,9 +114,12 @@ def test_context_overflow_ends_the_trajectory_and_keeps_it():
     out = small.sample()
     assert {t.end_reason for t in out} == {"context_overflow"}
     assert all(t.num_turns == 1 and t.done for t in out)
+    # No room for even the first answer: ended before any turn (the config check stops
+    # a run whose seed-0 prompt does not fit; another seed's is dropped with its group).
     small.config.max_context_tokens = prompt_len
-    with pytest.raises(ValueError, match="max_context_tokens"):
-        small.sample()
+    out = small.sample()
+    assert all(t.end_reason == "context_overflow" and t.num_turns == 0 for t in out)
+    assert all(t.unplayable and f"max_context_tokens={prompt_len}" in t.error for t in out)
 
 
 def test_env_errors_end_their_trajectory_and_are_logged(runner, monkeypatch, caplog):
@@ -137,7 +140,7 @@ def test_env_errors_end_their_trajectory_and_are_logged(runner, monkeypatch, cap
     assert trajs[4].error == "reset(): KeyError: 'no map'" and trajs[4].segments == []
     logged = caplog.text
     for t in (trajs[0], trajs[4]):
-        assert f"env ragen/FrozenLakeNoSlip-v0 (seed {t.seed}) failed" in logged
+        assert f"env ragen/FrozenLakeNoSlip-v0 (seed {t.seed}): {t.error}; its group" in logged
 
 
 def test_observation_tokens_carry_no_loss_or_gradient(runner):
