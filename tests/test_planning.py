@@ -17,7 +17,8 @@ from ragen_rllib.cli.experiments import UsageError
 from ragen_rllib.cli.plan import parse_size
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.planning.memory import GIB, learner_lines, workload
-from ragen_rllib.planning.placement import Hardware, PlacementError, gpus_asked, plan, render
+from ragen_rllib.planning.placement import Hardware, PlacementError, gpus_asked, plan
+from ragen_rllib.planning.render import render
 from ragen_rllib.planning.shapes import KNOWN_CONFIGS, ModelShape, known_shape, load_shape
 
 ROOT = Path(__file__).resolve().parents[1]

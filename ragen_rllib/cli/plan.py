@@ -65,7 +65,8 @@ def hardware_from(args: argparse.Namespace):
 
 def plan_text(name: str, config, grid: dict, hardware, trajectory_tokens: int | None):
     """(text, fits) for one experiment: the first grid point's plan."""
-    from ragen_rllib.planning.placement import PlacementError, plan, render
+    from ragen_rllib.planning.placement import PlacementError, plan
+    from ragen_rllib.planning.render import render
     from ragen_rllib.planning.shapes import load_shape
 
     if trajectory_tokens is not None and trajectory_tokens < 1:
