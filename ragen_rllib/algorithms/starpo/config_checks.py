@@ -18,9 +18,9 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
+from ragen_rllib.algorithms.starpo import env_checks
 from ragen_rllib.algorithms.starpo.config_rules import (
     RENAMED,
     RLLIB_KEYS,
@@ -33,10 +33,8 @@ from ragen_rllib.algorithms.starpo.config_rules import (
 )
 from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
 from ragen_rllib.env_runner.context_budget import check_context_budget
-from ragen_rllib.env_runner.curriculum import parse_curriculum
-from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
+from ragen_rllib.env_runner.env_loading import check_env
 from ragen_rllib.env_runner.env_mix import format_of, mix_entries, parse_env_mix
-from ragen_rllib.env_runner.eval_suites import resolve_suites
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
 from ragen_rllib.models.hub import load_hub_config
@@ -120,7 +118,7 @@ def config_from_user_dict(config_cls, config: dict[str, Any]):
 
 def _derive_from_env_mix(out, config: dict[str, Any]) -> None:
     """With ``env_mix``: ``env`` is its first entry's id and ``env_groups`` the sum of
-    its groups, unless the config sets them (then they must agree: check_env_mix)."""
+    its groups, unless the config sets them (then they must agree: env_checks.check_env_mix)."""
     mix = config["env_mix"]
     if not isinstance(mix, list | tuple) or not mix:
         return  # check_values names the key
@@ -129,40 +127,6 @@ def _derive_from_env_mix(out, config: dict[str, Any]) -> None:
     groups = [e.get("groups") if isinstance(e, dict) else None for e in mix]
     if "env_groups" not in config and all(is_int(g) and g >= 1 for g in groups):
         out.env_groups = sum(groups)
-
-
-def check_env_mix(config) -> None:
-    """``env_mix``: well-formed entries of registered envs that can be made and reset
-    with their options, whose groups add up to ``env_groups``; ValueError naming the
-    entry and key."""
-    entries = parse_env_mix(config.env_mix)
-    for i, entry in enumerate(entries):
-        try:
-            check_env(SimpleNamespace(env=entry.env, env_module=config.env_module))
-        except ValueError as err:
-            raise ValueError(f"config env_mix[{i}]: {err}") from None
-    if config.env != entries[0].env:
-        raise ValueError(
-            f"config env={config.env!r} is invalid with env_mix: leave it out (it is the "
-            f"first entry's, {entries[0].env!r})"
-        )
-    if config.env_config:
-        raise ValueError(
-            f"config env_config={config.env_config!r} is invalid with env_mix: give each "
-            "entry its own env_config"
-        )
-    total = sum(e.groups for e in entries)
-    if config.env_groups != total:
-        raise ValueError(
-            f"config env_groups={config.env_groups} is invalid with env_mix: the entries' "
-            f"groups add up to {total}; leave env_groups out or set it to {total}"
-        )
-    for i, entry in enumerate(entries):
-        _make_and_reset(
-            lambda entry=entry: make_eval_env(entry),
-            f"config env_mix[{i}] ({entry.name}): {entry.env} with {entry.env_config!r} "
-            "cannot be made and reset",
-        )
 
 
 def _check_estimator(config, bad) -> None:
@@ -239,7 +203,7 @@ def check_values(config) -> None:
         return ValueError(f"config {YAML_NAMES.get(key, key)}={value!r} is invalid: {allowed}")
 
     if config.env_mix is not None:
-        check_env_mix(config)  # every entry's env, and env and env_groups against them
+        env_checks.check_env_mix(config)  # every entry's env, and env and env_groups against them
     else:
         check_env(config)
     if not isinstance(config.env_config, dict) or not all(
@@ -324,7 +288,7 @@ def check_values(config) -> None:
     if not (0 <= config.eval_seed and config.eval_seed + config.eval_num_states <= 1 << 20):
         raise bad("eval_seed", "eval_seed + eval_num_states must lie in [0, 2**20)")
     if config.env_config:
-        _check_env_config(config)
+        env_checks.check_env_config(config)
     too_big = [k for k in config.eval_pass_k if k > config.eval_samples_per_state]
     if too_big:
         raise bad(
@@ -333,9 +297,9 @@ def check_values(config) -> None:
             "pass@k needs at least k answers per state",
         )
     if config.eval_suites is not None:
-        _check_eval_suites(config)
+        env_checks.check_eval_suites(config)
     if config.curriculum is not None:
-        _check_curriculum(config)
+        env_checks.check_curriculum(config)
 
 
 def _check_vllm(config, bad: Callable[..., ValueError]) -> None:
@@ -369,51 +333,3 @@ def check_model(config) -> None:
         # in seconds, and not inside a Ray actor.
         load_hub_config(model_path)
     check_context_budget(config, model_path)
-
-
-def _make_and_reset(make: Callable[[], Any], what: str, options: dict | None = None) -> None:
-    """Make an env and reset it once (with ``options``, if any); whatever fails raises
-    ValueError saying ``what``."""
-    try:
-        env = make()
-        try:
-            env.reset(seed=0, **({} if options is None else {"options": options}))
-        finally:
-            env.close()
-    except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
-        raise ValueError(f"{what}: {type(err).__name__}: {err}") from err
-
-
-def _check_eval_suites(config) -> None:
-    """Every suite env is made with its merged options and reset once, as the
-    training env is; a malformed suite or a bad option names `eval_suites`."""
-    suites = resolve_suites(config)  # ValueError naming eval_suites on a bad shape or id
-    for suite, envs in suites.items():
-        for entry in envs:
-            _make_and_reset(
-                lambda entry=entry: make_eval_env(entry),
-                f"config eval_suites[{suite!r}]: env {entry.name!r} ({entry.env} with "
-                f"{entry.env_config!r}) cannot be made and reset",
-            )
-
-
-def _check_curriculum(config) -> None:
-    """Well-formed stages, and every stage's options taken by the training env."""
-    if config.env_mix is not None:
-        raise ValueError("config curriculum is invalid with env_mix: give one env (`env`)")
-    for i, (_, options) in enumerate(parse_curriculum(config.curriculum)):
-        _make_and_reset(
-            lambda: make_env(config),
-            f"config curriculum[{i}]: the env {config.env!r} rejects reset_options={options!r}",
-            options or None,
-        )
-
-
-def _check_env_config(config) -> None:
-    """Make the env with `env_config` and reset it once: a kwarg the env does not
-    take, or a value it rejects, fails here and not in an env runner."""
-    _make_and_reset(
-        lambda: make_env(config),
-        f"config env_config={config.env_config!r} is invalid for env {config.env!r}: "
-        "making and resetting the env with it failed",
-    )

@@ -1,0 +1,97 @@
+"""The config checks that make the run's envs: each ``env_mix`` entry, each
+evaluation suite env, each curriculum stage and the training env with its
+``env_config`` is made and reset once before Ray starts, so a bad option fails
+here naming its key, not in an env runner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from ragen_rllib.env_runner.curriculum import parse_curriculum
+from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
+from ragen_rllib.env_runner.env_mix import parse_env_mix
+from ragen_rllib.env_runner.eval_suites import resolve_suites
+
+
+def check_env_mix(config) -> None:
+    """``env_mix``: well-formed entries of registered envs that can be made and reset
+    with their options, whose groups add up to ``env_groups``; ValueError naming the
+    entry and key."""
+    entries = parse_env_mix(config.env_mix)
+    for i, entry in enumerate(entries):
+        try:
+            check_env(SimpleNamespace(env=entry.env, env_module=config.env_module))
+        except ValueError as err:
+            raise ValueError(f"config env_mix[{i}]: {err}") from None
+    if config.env != entries[0].env:
+        raise ValueError(
+            f"config env={config.env!r} is invalid with env_mix: leave it out (it is the "
+            f"first entry's, {entries[0].env!r})"
+        )
+    if config.env_config:
+        raise ValueError(
+            f"config env_config={config.env_config!r} is invalid with env_mix: give each "
+            "entry its own env_config"
+        )
+    total = sum(e.groups for e in entries)
+    if config.env_groups != total:
+        raise ValueError(
+            f"config env_groups={config.env_groups} is invalid with env_mix: the entries' "
+            f"groups add up to {total}; leave env_groups out or set it to {total}"
+        )
+    for i, entry in enumerate(entries):
+        make_and_reset(
+            lambda entry=entry: make_eval_env(entry),
+            f"config env_mix[{i}] ({entry.name}): {entry.env} with {entry.env_config!r} "
+            "cannot be made and reset",
+        )
+
+
+def make_and_reset(make: Callable[[], Any], what: str, options: dict | None = None) -> None:
+    """Make an env and reset it once (with ``options``, if any); whatever fails raises
+    ValueError saying ``what``."""
+    try:
+        env = make()
+        try:
+            env.reset(seed=0, **({} if options is None else {"options": options}))
+        finally:
+            env.close()
+    except Exception as err:  # noqa: BLE001 - whatever the env raises, name the key
+        raise ValueError(f"{what}: {type(err).__name__}: {err}") from err
+
+
+def check_eval_suites(config) -> None:
+    """Every suite env is made with its merged options and reset once, as the
+    training env is; a malformed suite or a bad option names `eval_suites`."""
+    suites = resolve_suites(config)  # ValueError naming eval_suites on a bad shape or id
+    for suite, envs in suites.items():
+        for entry in envs:
+            make_and_reset(
+                lambda entry=entry: make_eval_env(entry),
+                f"config eval_suites[{suite!r}]: env {entry.name!r} ({entry.env} with "
+                f"{entry.env_config!r}) cannot be made and reset",
+            )
+
+
+def check_curriculum(config) -> None:
+    """Well-formed stages, and every stage's options taken by the training env."""
+    if config.env_mix is not None:
+        raise ValueError("config curriculum is invalid with env_mix: give one env (`env`)")
+    for i, (_, options) in enumerate(parse_curriculum(config.curriculum)):
+        make_and_reset(
+            lambda: make_env(config),
+            f"config curriculum[{i}]: the env {config.env!r} rejects reset_options={options!r}",
+            options or None,
+        )
+
+
+def check_env_config(config) -> None:
+    """Make the env with `env_config` and reset it once: a kwarg the env does not
+    take, or a value it rejects, fails here and not in an env runner."""
+    make_and_reset(
+        lambda: make_env(config),
+        f"config env_config={config.env_config!r} is invalid for env {config.env!r}: "
+        "making and resetting the env with it failed",
+    )
