@@ -65,7 +65,7 @@ def evaluate(args: argparse.Namespace) -> int:
         say(
             f"evaluating {args.num_states or cfg.eval_num_states} states x "
             f"{cfg.eval_samples_per_state} answer(s) at temperature {temperature:g}, up to "
-            f"{cfg.max_turns} turns each, on "
+            f"{cfg.max_turns} turn(s) each, on "
             + (f"suite(s) {', '.join(args.suite)}" if args.suite else cfg.env)
         )
         if args.suite:
