@@ -2,9 +2,11 @@
 kept off the console, each named here with the reason.
 
 Everything else Ray, RLlib, torch and transformers log stays. :func:`quiet` is
-idempotent and runs in each process that does this project's work (the driver,
-Tune's trial actor, the env runner and learner actors), since each logs on its
-own. :func:`no_progress_bars` wraps this project's own model loads.
+idempotent and runs in each process that does this project's work, since each
+logs on its own: at the import of the RL module (which the driver, Tune's trial
+actor and the learner actors all import) and of the env runner (the rollout
+actors, which import no learner code). :func:`no_progress_bars` wraps this
+project's own model loads.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
-from ragen_rllib.console import no_progress_bars, quiet
+from ragen_rllib.console import no_progress_bars
 from ragen_rllib.distributed.collectives import agreed_count, full
 from ragen_rllib.learner.fsdp import FSDPLearnerMixin
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
@@ -33,7 +33,6 @@ from ragen_rllib.maths.batching import fill_plan, microbatch_rows, num_minibatch
 from ragen_rllib.rl_module.scoring import response_logprobs
 
 logger = logging.getLogger(__name__)
-quiet()
 
 
 class NonFiniteUpdateError(RuntimeError):

@@ -61,7 +61,6 @@ from ragen_rllib.algorithms.starpo.rollout_dump import RolloutDumper, dump_due
 from ragen_rllib.algorithms.starpo.sampling import RunnerFailure, SampleRequest, SamplingMixin
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
-from ragen_rllib.console import quiet
 from ragen_rllib.distributed.learner_group import build_learner_group
 from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.env_runner.env_loading import import_env_modules
@@ -78,7 +77,6 @@ from ragen_rllib.maths.seeding import mix_seed
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 logger = logging.getLogger(__name__)
-quiet()
 
 LIFETIME_COUNTERS = (
     "num_trajectories",
@@ -535,8 +533,11 @@ class StarPO(SamplingMixin, Algorithm):
         are appended to ``trajectories`` when it is given."""
         cfg = self.config
         if env is None and len(self._mix) > 1:
-            kwargs = {"num_states": num_states, "temperature": temperature}
-            kwargs["trajectories"] = trajectories
+            kwargs = {
+                "num_states": num_states,
+                "temperature": temperature,
+                "trajectories": trajectories,
+            }
             per_env = {
                 e.name: self.evaluate_success(first_seed=first_seed, env=e, **kwargs)
                 for e in self._mix
