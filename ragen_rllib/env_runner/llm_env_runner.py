@@ -304,8 +304,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 first_ids[style, first] = chat.prompt_ids(first)
             prompts[i] = list(first_ids[style, first])
             if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
-                del prompts[i]  # no turn can be played: like an env error, its group goes
-                n, bound = len(first_ids[style, first]), cfg.max_context_tokens
+                # No turn can be played: like an env error, its group goes.
+                n, bound = len(prompts.pop(i)), cfg.max_context_tokens
                 why = f"first prompt of {n} tokens + max_new_tokens > max_context_tokens={bound}"
                 self._unplayable(traj, "context_overflow", why)
                 continue

@@ -167,6 +167,6 @@ class CollapseWatch:
 
     def set_state(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
-            if key == "ema" and "in_group_std" in value:  # a checkpoint before the rename
+            if key == "ema":  # a checkpoint from before a rename holds the old names
                 value = {RENAMED_EMA.get(k, k): v for k, v in value.items()}
             setattr(self.warning, key, value)

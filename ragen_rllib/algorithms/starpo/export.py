@@ -46,6 +46,14 @@ def _load(path: Path) -> Any:
         return pickle.load(f)
 
 
+def _run_config(root: Path):
+    """The ``StarPOConfig`` the checkpoint's run was trained with."""
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+
+    args = _load(root / "class_and_ctor_args.pkl")["ctor_args_and_kwargs"][0]
+    return StarPOConfig().update_from_dict(args[0])
+
+
 def _module_config(root: Path) -> dict[str, Any]:
     """The RL module's model_config, from its own folder or from the algorithm's config.
 
@@ -57,10 +65,7 @@ def _module_config(root: Path) -> dict[str, Any]:
         module_config = dict(_load(ctor)["ctor_args_and_kwargs"][1]["model_config"])
         if os.path.isdir(module_config["model_path"]):
             return module_config
-    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
-
-    args = _load(root / "class_and_ctor_args.pkl")["ctor_args_and_kwargs"][0]
-    resolved = StarPOConfig().update_from_dict(args[0]).llm_module_config()
+    resolved = _run_config(root).llm_module_config()
     if not ctor.is_file():
         return resolved
     return {**module_config, "model_path": resolved["model_path"]}
@@ -78,11 +83,9 @@ def training_settings(checkpoint: str | os.PathLike) -> dict[str, Any]:
     """How the checkpoint's run prompted and sampled the model (``ragen_rllib.json``)."""
     from dataclasses import asdict
 
-    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
     from ragen_rllib.env_runner.env_mix import format_of, mix_entries
 
-    args = _load(Path(checkpoint) / "class_and_ctor_args.pkl")["ctor_args_and_kwargs"][0]
-    config = StarPOConfig().update_from_dict(args[0])
+    config = _run_config(Path(checkpoint))
     keys = ("llm", "max_turns", "max_new_tokens", "max_context_tokens", "context_window",
             "temperature", "top_p", "eval_temperature")  # fmt: skip
     return {
