@@ -21,7 +21,7 @@ import json
 import math
 import sys
 
-from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
+from ragen_rllib.algorithms.starpo.config.knobs import STARPO_DEFAULTS
 from ragen_rllib.maths.collapse import EarlyWarning
 
 

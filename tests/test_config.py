@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
+from ragen_rllib.algorithms.starpo.config.knobs import STARPO_DEFAULTS
 from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 
 

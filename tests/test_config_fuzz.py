@@ -37,92 +37,31 @@ from typing import Any
 import pytest
 import yaml
 
+from ragen_rllib.algorithms.starpo.config.knob import RLLIB_OWN
+from ragen_rllib.algorithms.starpo.config.knobs import KNOBS
+from ragen_rllib.algorithms.starpo.config.rules import Rule
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "tuned_examples").glob("*.yaml"))
 MUTATIONS = 200
 SECONDS_PER_MUTATION = 8.0  # generous for a slow CI machine; typical is well under 0.1 s
 
-# ----- the spec, as the fuzzer knows it (independent of the config checks) ----------
-POS_INT = {
-    "env_groups", "group_size", "max_turns", "max_new_tokens", "max_context_tokens",
-    "rollout_batch_size", "online_k", "eval_num_states", "minibatch_size", "num_epochs",
-    "max_nonfinite_updates",
-}  # fmt: skip
-NONNEG_INT = {
-    "eval_seed", "eval_interval", "num_env_runners", "num_learners", "max_policy_lag",
-    "max_num_env_runner_restarts", "collapse_warmup", "rollout_dump_interval",
-}  # fmt: skip
-UNIT = {
-    "gamma", "lambda", "gamma_turn", "lambda_turn", "gamma_token", "lambda_token",
-    "max_env_error_share",
-}  # fmt: skip
-OPEN_UNIT = {"clip_low", "clip_high", "format_warmup_lr"}
-HALF_OPEN_UNIT = {"filter_keep_ratio", "top_p", "collapse_ema", "collapse_std_drop"}
-POSITIVE = {"lr", "critic_lr", "temperature"}
-NONNEG = {
-    "entropy_coeff", "kl_coeff", "weight_decay", "vf_loss_coeff", "eval_temperature",
-    "num_gpus_per_learner", "num_gpus_per_env_runner", "num_cpus_per_env_runner",
-    "num_cpus_for_main_process",
-}  # fmt: skip
-BOOL = {
-    "whiten_advantages", "shuffle_batch_per_epoch", "async_rollouts", "restart_failed_env_runners",
-    "filter_include_zero", "gradient_checkpointing", "skip_zero_advantage_updates",
-}  # fmt: skip
-CHOICES = {
-    "advantage_estimator": (
-        "gae",
-        "bilevel_gae",
-        "grpo",
-        "dr_grpo",
-        "rloo",
-        "reinforce_pp",
-        "reinforce_pp_baseline",
-        "gigpo",
-    ),
-    "reward_level": ("trajectory", "turn"),
-    "reward_norm_grouping": ("state", "batch", "env"),
-    "filter_strategy": ("top_k", "top_k_abs", "top_p", "min_p"),
-    "filter_direction": ("largest", "smallest"),
-    "filter_metric": ("reward_std", "reward_variance"),
-    "filter_scope": ("env", "all"),
-    "engine": ("hf",),
-    "prompt_style": ("full", "compact"),
-    "model_dtype": ("float32", "bfloat16"),
-    "rollout_device": ("auto", "cpu", "cuda"),
-    "kl_estimator": ("k1", "k2", "k3", "k3_st", "abs"),
-    "grad_clip_by": ("value", "norm", "global_norm"),
-    "framework": ("torch",),
-    "collapse_guard": ("off", "stop", "checkpoint"),
-}
-SPECIAL = {
-    "seed", "dual_clip", "vf_clip", "grad_clip", "prefill", "num_cpus_per_learner", "llm",
-    "env", "env_module", "env_config", "filter_value", "loss_agg", "reward_norm_method",
-    "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
-    "max_tokens_per_microbatch", "env_mix", "format_warmup_steps", "format_warmup_batch",
-    "prompt",
-}  # fmt: skip
-LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-NORM_METHODS = ("mean_std", "mean", "identity", "asym_clip")
+# ----- the spec: read from the knobs' declarations --------------------------------
+#: key (as a YAML file writes it) -> its knob: default, rule, whether other keys may
+#: still reject a value its rule allows (`cross`).
+def spec_from(knobs: dict) -> tuple[dict[str, Any], set[str]]:
+    """key -> knob, and the keys whose valid values may still be rejected together
+    with other keys' values (filtering and minibatch bounds, GRPO group size, eval
+    seed range, GPUs, the env, the model, the context bound against the first prompt
+    and the model's positions): a single-key-valid value of these is only `maybe`."""
+    by_key = {knob.key: knob for knob in knobs.values()}
+    return by_key, {key for key, knob in by_key.items() if knob.cross}
+
+
+BY_KEY, CROSS_KEYS = spec_from(KNOBS)
+CONFIG_KEYS = sorted(BY_KEY)
 ENV_IDS = ("ragen/Bandit-v0", "ragen/FrozenLake-v0", "ragen/SimpleSokoban-v0")
 BUILTIN_SUITES = {"bandit", "sokoban", "frozenlake"}
-CONFIG_KEYS = sorted(
-    POS_INT | NONNEG_INT | UNIT | OPEN_UNIT | HALF_OPEN_UNIT | POSITIVE | NONNEG | BOOL
-    | set(CHOICES) | SPECIAL
-)  # fmt: skip
-#: Keys whose valid values may still be rejected together with other keys' values
-#: (filtering and minibatch bounds, GRPO group size, eval seed range, GPUs, the env,
-#: the model, the context bound against the first prompt and the model's positions):
-#: a single-key-valid value of these is only `maybe`.
-CROSS_KEYS = {
-    "group_size", "env_groups", "filter_keep_ratio", "minibatch_size", "num_env_runners",
-    "advantage_estimator", "eval_seed", "eval_num_states", "num_gpus_per_learner",
-    "num_gpus_per_env_runner", "num_learners", "llm", "env", "env_module", "env_config",
-    "online_k", "max_policy_lag", "async_rollouts", "filter_strategy", "filter_value",
-    "filter_include_zero", "reward_norm_grouping", "reward_norm_method",
-    "eval_samples_per_state", "eval_pass_k", "eval_suites", "engine_sleep_level",
-    "env_mix", "filter_scope", "prefill", "format_warmup_steps", "prompt",
-    "max_context_tokens", "max_new_tokens", "prompt_style",
-}  # fmt: skip
 EXPERIMENT_KEYS = {"run", "env", "stop", "config", "checkpoint_config", "storage_path"}
 CHECKPOINT_KEYS = {"checkpoint_frequency", "checkpoint_at_end", "num_to_keep"}
 ALL_KEY_NAMES = set(CONFIG_KEYS) | {"lambda_"} | EXPERIMENT_KEYS | CHECKPOINT_KEYS
@@ -138,46 +77,17 @@ def _int(v: Any) -> bool:
 
 def single_key_ok(key: str, v: Any) -> bool | None:
     """Whether `v` is valid for config `key` on its own (None: can't tell)."""
-    if key in POS_INT:
-        return _int(v) and 1 <= v < 2**31
-    if key in NONNEG_INT:
-        return _int(v) and 0 <= v < 2**31
-    if key in UNIT:
-        return _num(v) and 0 <= v <= 1
-    if key in OPEN_UNIT:
-        return _num(v) and 0 < v < 1
-    if key in HALF_OPEN_UNIT:
-        return _num(v) and 0 < v <= 1
-    if key in POSITIVE:
-        return _num(v) and v > 0
-    if key in NONNEG:
-        return _num(v) and v >= 0
-    if key in BOOL:
-        return isinstance(v, bool)
-    if key in CHOICES:
-        return isinstance(v, str) and v in CHOICES[key]
+    rule = BY_KEY[key].rule
+    if not rule.ok(v):  # every rule is applied: a value it refuses is refused
+        return False
+    if rule.kind != "other":  # an int, number, bool or choice: its rule is all there is
+        return True
     if key == "seed":
         return v is None or (_int(v) and 0 <= v < 2**32)
-    if key == "dual_clip":
-        return v is None or (_num(v) and v > 1)
-    if key in ("vf_clip", "grad_clip"):
-        return v is None or (_num(v) and v > 0)
     if key == "prefill":  # with a format warm-up, only one that starts '<think>'
         return isinstance(v, str)
-    if key == "format_warmup_steps":  # > 0 needs a prefill that starts '<think>'
-        return _int(v) and 0 <= v <= 100_000
-    if key == "format_warmup_batch":
-        return _int(v) and 1 <= v <= 1024
     if key == "prompt":  # null, or a mapping of parts (checked in depth)
         return True if v is None else (None if isinstance(v, dict) else False)
-    if key == "filter_value":  # its range depends on filter_strategy
-        return v is None or _num(v)
-    if key == "loss_agg":
-        return v is None or (isinstance(v, str) and v in LOSS_AGGS)
-    if key == "reward_norm_method":  # which ones apply depends on the estimator
-        return v is None or (isinstance(v, str) and v in NORM_METHODS)
-    if key == "context_window":
-        return v is None or (_int(v) and 0 <= v < 2**31)
     if key == "num_cpus_per_learner":
         return v == "auto" or (_num(v) and v >= 0)
     if key == "llm":  # a string may be a hub id or a directory somewhere else
@@ -188,12 +98,8 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return None if v in (None, "json") else False
     if key == "env_config":
         return None if v == {} else False  # the built-in envs take no kwarg named "a"
-    if key == "eval_samples_per_state":
-        return _int(v) and 1 <= v <= 1024
     if key == "eval_pass_k":  # each k must also be <= eval_samples_per_state
         return isinstance(v, list) and bool(v) and all(_int(k) and k >= 1 for k in v)
-    if key == "max_tokens_per_microbatch":
-        return v is None or (_int(v) and 1 <= v < 2**31)
     if key == "engine_sleep_level":  # > 0 only with the engine beside the learner
         return v is None or (_int(v) and v in (0, 1, 2))
     if key == "env_mix":  # null (env alone) or entries; env and env_groups must agree
@@ -220,57 +126,54 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         if v is None:
             return True
         return None if isinstance(v, list) and v and all(isinstance(s, dict) for s in v) else False
-    raise AssertionError(key)
+    return None  # a rule of its own that the value passes: the checks decide
+
+
+def shaped_sample(rule: Rule, rng: random.Random) -> Any:
+    """A value inside a shaped rule's bounds (its edges included when closed)."""
+    extra = [None] if rule.none_ok else []
+    if rule.kind == "bool":
+        return rng.choice([True, False])
+    if rule.kind == "choice":
+        return rng.choice(list(rule.choices) + extra)
+    if rule.kind == "int":
+        low = int(rule.low)
+        high = int(min(rule.high, low + 64))
+        return rng.choice([low, low + 1, (low + high) // 2, high] + extra)
+    low = 0.0 if rule.low is None else float(rule.low)
+    high = low + 10.0 if rule.high is None else float(rule.high)
+    inside = [low + (high - low) * f for f in (0.1, 0.5, 0.9)]
+    edges = ([] if rule.low_open else [low, int(low)]) + ([] if rule.high_open else [high])
+    return rng.choice(inside + edges + extra)
 
 
 def valid_sample(key: str, rng: random.Random) -> Any:
     """A value that is valid for `key` on its own."""
-    if key in POS_INT:
-        return rng.choice([1, 2, 4, 8, 16, 32, 64])
-    if key in NONNEG_INT:
-        return rng.choice([0, 1, 2, 10])
-    if key in UNIT:
-        return rng.choice([0.0, 0.5, 0.9, 0.99, 1.0, 1])
-    if key in OPEN_UNIT:
-        return rng.choice([0.1, 0.2, 0.28, 0.5])
-    if key in HALF_OPEN_UNIT:
-        return rng.choice([0.25, 0.5, 1.0, 1])
-    if key in POSITIVE:
-        return rng.choice([1.0e-6, 3.0e-4, 0.5, 1.0, 2])
-    if key in NONNEG:
-        return rng.choice([0, 0.0, 0.001, 0.5, 1])
-    if key in BOOL:
-        return rng.choice([True, False])
-    if key in CHOICES:
-        return rng.choice(CHOICES[key])
-    return {
+    rule = BY_KEY[key].rule
+    if rule.kind != "other" and key != "filter_value":  # (its range is the strategy's)
+        return shaped_sample(rule, rng)
+    special = {
         "seed": rng.choice([None, 0, 7, 12345]),
-        "dual_clip": rng.choice([None, 2.0, 3.0]),
-        "vf_clip": rng.choice([None, 0.5, 1.0]),
-        "grad_clip": rng.choice([None, 0.5, 1.0]),
         "prefill": rng.choice(["", "<think>", "Let me think."]),
         "filter_value": rng.choice([None, 0.25, 0.9, 1.0, 2]),
-        "loss_agg": rng.choice([None, *LOSS_AGGS]),
-        "reward_norm_method": rng.choice([None, *NORM_METHODS]),
-        "context_window": rng.choice([None, 0, 1, 3]),
         "num_cpus_per_learner": rng.choice(["auto", 1, 0.5]),
         "llm": rng.choice(["builtin", "builtin-raw", "no-such-org/no-such-model", "1e-4"]),
         "env": rng.choice(ENV_IDS),
         "env_module": rng.choice([None, "json"]),
         "env_config": {},
-        "eval_samples_per_state": rng.choice([1, 4, 8]),
         "eval_pass_k": rng.choice([[1], [1, 4]]),
         "engine_sleep_level": rng.choice([None, 0, 1, 2]),
-        "max_tokens_per_microbatch": rng.choice([None, 1024, 16384]),
         "eval_suites": rng.choice([None, ["bandit"], ["frozenlake", "sokoban"]]),
         "env_mix": rng.choice(
             [None, [{"env": ENV_IDS[0], "groups": 2}, {"env": ENV_IDS[1], "groups": 2}]]
         ),
         "curriculum": rng.choice([None, [{"from_iteration": 0, "reset_options": {}}]]),
-        "format_warmup_steps": rng.choice([0, 1, 20]),
-        "format_warmup_batch": rng.choice([1, 8]),
         "prompt": rng.choice([None, {"system": "Play the game."}, {"format_hint": "Be brief."}]),
-    }[key]
+    }
+    if key in special:
+        return special[key]
+    default = BY_KEY[key].default  # every knob's own default is valid alone
+    return {} if default is RLLIB_OWN else copy.deepcopy(default)
 
 
 GENERIC_VALUES = [

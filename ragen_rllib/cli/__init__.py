@@ -146,7 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=5000,
         help="trajectories per trial in the browser, spread over the dumps (default 5000)",
     )
+    sub.add_parser(
+        "keys", help="every config key with its default, what it does and what it may be "
+        "(markdown; docs/config.md)"
+    )
     return parser
+
+
+def keys(args: argparse.Namespace) -> int:
+    from ragen_rllib.algorithms.starpo.config.knobs import knob_table
+
+    print(knob_table(), end="")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             "rollouts": rollouts,
             "report": report,
             "plan": plan_command,
+            "keys": keys,
         }
         return commands[args.command](args)
     except UsageError as err:

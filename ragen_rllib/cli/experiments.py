@@ -47,7 +47,7 @@ def json_arg(text: str | None, flag: str) -> dict[str, Any]:
 def check_stop(stop: Any, where: str) -> dict[str, Any]:
     """A Tune stop criterion: a mapping of result name -> finite number (null: none).
     `where` names it in errors ("exp.yaml: experiment 'x' stop", "--stop")."""
-    from ragen_rllib.algorithms.starpo.config_rules import is_number
+    from ragen_rllib.algorithms.starpo.config.rules import is_number
 
     if stop is None:
         return {}
@@ -66,7 +66,7 @@ def check_stop(stop: Any, where: str) -> dict[str, Any]:
 
 
 def _check_checkpoint_config(ckpt: Any, where: str) -> None:
-    from ragen_rllib.algorithms.starpo.config_rules import is_int
+    from ragen_rllib.algorithms.starpo.config.rules import is_int
 
     allowed = (
         "allowed: a mapping with checkpoint_frequency (integer >= 0, 0: none), "

@@ -1,5 +1,6 @@
-"""StarPO / StarPO-S: the algorithm with its config, the config's knobs and checks,
-the driver's sampling, the rollout buffer and the checkpoint manifest."""
+"""StarPO / StarPO-S: the algorithm and its mixins (sampling, metrics, evaluation,
+checkpoint state), the config (``config/``), the rollout buffer, rollout dumps and
+the checkpoint manifest."""
 
 from ragen_rllib.algorithms.starpo.starpo import StarPO, StarPOConfig
 

@@ -1,37 +1,22 @@
-"""What every config value may be, checked before Ray starts.
+"""The rules between keys, and the model's check, run before Ray starts.
 
-:func:`config_from_user_dict` reads the flat ``config:`` mapping of an
-experiment file: StarPO's keys (:data:`~ragen_rllib.algorithms.starpo.defaults.STARPO_DEFAULTS`)
-and the RLlib settings in :data:`~ragen_rllib.algorithms.starpo.config_rules.RLLIB_KEYS`;
-any other key is an error that names close matches. :func:`check_values`
-applies every key's rule (:mod:`~ragen_rllib.algorithms.starpo.config_rules`:
-integers are integers, numbers are finite, booleans are not numbers) and the
-rules between keys, and raises ``ValueError`` naming the bad key, its value and
+:func:`check_values` applies every knob's own rule (:mod:`.knobs`) and then the
+rules between keys, raising ``ValueError`` that names the bad key, its value and
 what is allowed; :func:`check_model` resolves ``llm`` (``FileNotFoundError`` for a
-model that cannot be found or loaded, in seconds). The ``rllib`` command runs
-them on every grid point of every experiment before ``ray.init``, and
+model that cannot be found or loaded, in seconds). The ``rllib`` command runs them
+on every grid point of every experiment before ``ray.init``, and
 ``StarPOConfig.validate`` runs them again in the trial.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable
 from typing import Any
 
-from ragen_rllib.algorithms.starpo import env_checks
-from ragen_rllib.algorithms.starpo.config_rules import (
-    RENAMED,
-    RLLIB_KEYS,
-    RULES,
-    YAML_NAMES,
-    is_int,
-    key_listing,
-    number_hint,
-    rllib_settings,
-)
-from ragen_rllib.algorithms.starpo.defaults import STARPO_DEFAULTS
+from ragen_rllib.algorithms.starpo.config import env_checks
+from ragen_rllib.algorithms.starpo.config.knobs import RULES, yaml_name
+from ragen_rllib.algorithms.starpo.config.rules import number_hint
 from ragen_rllib.env_runner.context_budget import check_context_budget
 from ragen_rllib.env_runner.env_loading import check_env
 from ragen_rllib.env_runner.env_mix import format_of, mix_entries, parse_env_mix
@@ -42,91 +27,6 @@ from ragen_rllib.models.resolve import resolve_model
 
 #: The estimators the reward_norm_* knobs apply to.
 _GROUP_BASELINE = [name for name, row in ESTIMATORS.items() if row.group_baseline]
-
-
-def config_from_user_dict(config_cls, config: dict[str, Any]):
-    """A ``config_cls`` instance from a flat dict (YAML ``config:`` section).
-
-    Keys are StarPO's (STARPO_DEFAULTS) and the RLlib settings in RLLIB_KEYS (YAML
-    spellings such as ``lambda`` and ``framework`` included); any other key is an
-    error, and so is a value RLlib's ``update_from_dict`` rejects. Values are
-    checked by :func:`check_values`.
-    """
-    if not isinstance(config, dict):
-        raise ValueError(
-            f"config must be a mapping of key: value, got {type(config).__name__} {config!r}"
-        )
-    odd = [k for k in config if not isinstance(k, str)]
-    if odd:
-        raise ValueError(f"config keys must be strings, got {odd!r}")
-    allowed = set(STARPO_DEFAULTS) | set(RLLIB_KEYS)
-    spelled: dict[str, str] = {}  # attribute -> the user's spelling
-    unknown, unused = [], []
-    for key in config:
-        attr = config_cls._translate_special_keys(key, False)
-        if attr in spelled:
-            raise ValueError(
-                f"config keys {spelled[attr]!r} and {key!r} set the same setting; give one"
-            )
-        spelled[attr] = key
-        if attr not in allowed:
-            (unused if attr in rllib_settings() else unknown).append(key)
-    if unknown or unused:
-        names = sorted(allowed - {"framework_str"} | {"framework", "lambda"})
-        hints = []
-        for key in unknown + unused:
-            close = difflib.get_close_matches(key, names, n=2)
-            if key in RENAMED:
-                hints.append(RENAMED[key])
-            elif close:
-                hints.append(f"{key!r}: did you mean {' or '.join(map(repr, close))}?")
-        parts = []
-        if unknown:
-            parts.append(f"unknown config key(s) {sorted(unknown)}")
-        if unused:
-            parts.append(
-                f"config key(s) {sorted(unused)} are RLlib AlgorithmConfig settings that "
-                "StarPO does not take from an experiment file"
-            )
-        # A close spelling is the whole answer; without one, the keys that exist (by
-        # group, one per line, as docs/training.md's table lists them with their rules).
-        listing = "" if hints else "\n" + key_listing()
-        raise ValueError(
-            "; ".join(parts) + (f" ({'; '.join(hints)})" if hints else "") + "." + listing
-        )
-    out = config_cls()
-    if config.get("env_mix") is not None:
-        _derive_from_env_mix(out, config)
-    for key, value in config.items():
-        if key == "env_config":  # RLlib merges it into the default; a mapping only
-            if not isinstance(value, dict):
-                raise ValueError(
-                    f"config env_config={value!r} is invalid: must be a mapping of env "
-                    "constructor kwargs"
-                )
-            out.env_config = dict(value)
-            continue
-        try:
-            out.update_from_dict({key: value})
-        except Exception as err:  # noqa: BLE001 - whatever RLlib raises, name the key
-            raise ValueError(
-                f"config {key}={value!r} is invalid: RLlib's AlgorithmConfig rejects it "
-                f"({type(err).__name__}: {err})"
-            ) from err
-    return out
-
-
-def _derive_from_env_mix(out, config: dict[str, Any]) -> None:
-    """With ``env_mix``: ``env`` is its first entry's id and ``env_groups`` the sum of
-    its groups, unless the config sets them (then they must agree: env_checks.check_env_mix)."""
-    mix = config["env_mix"]
-    if not isinstance(mix, list | tuple) or not mix:
-        return  # check_values names the key
-    if "env" not in config and isinstance(mix[0], dict) and isinstance(mix[0].get("env"), str):
-        out.env = mix[0]["env"]
-    groups = [e.get("groups") if isinstance(e, dict) else None for e in mix]
-    if "env_groups" not in config and all(is_int(g) and g >= 1 for g in groups):
-        out.env_groups = sum(groups)
 
 
 def _check_estimator(config, bad) -> None:
@@ -200,27 +100,18 @@ def check_values(config) -> None:
 
     def bad(key: str, allowed: str, value: Any = None) -> ValueError:
         value = getattr(config, key) if value is None else value
-        return ValueError(f"config {YAML_NAMES.get(key, key)}={value!r} is invalid: {allowed}")
+        return ValueError(f"config {yaml_name(key)}={value!r} is invalid: {allowed}")
 
     if config.env_mix is not None:
         env_checks.check_env_mix(config)  # every entry's env, and env and env_groups against them
     else:
         check_env(config)
-    if not isinstance(config.env_config, dict) or not all(
-        isinstance(k, str) for k in config.env_config
-    ):
-        raise bad("env_config", "must be a mapping of env constructor kwargs (string keys)")
-    for key, (ok, allowed) in RULES.items():
+    for key, rule in RULES.items():
         value = getattr(config, key)
-        if not ok(value):
-            raise bad(key, allowed + number_hint(value))
+        if not rule.ok(value):
+            raise bad(key, rule.allowed + number_hint(value))
     if not isinstance(config.llm, str) or not config.llm.strip():
-        raise bad(
-            "llm",
-            "must be 'builtin', 'builtin-raw', a named model such as "
-            "'smollm2-135m-instruct', a .gguf file, a local model directory or a Hugging "
-            "Face hub id such as 'Qwen/Qwen2.5-0.5B-Instruct' (a string)",
-        )
+        raise bad("llm", RULES["llm"].allowed)
     for entry in mix_entries(config):
         fmt = format_of(entry, config)  # the run's and each entry's `prompt`: names it
         if config.format_warmup_steps and not "<think>".startswith(fmt.prefill):

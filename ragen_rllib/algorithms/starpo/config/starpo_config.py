@@ -1,0 +1,187 @@
+"""StarPO's config: RLlib's AlgorithmConfig with every knob, the settings derived from
+them, and ``validate()``, which checks every value before a run starts.
+
+The knobs, defaults and rules are declared in :mod:`.knobs`; this class sets the
+defaults, hands an experiment file to :mod:`.yaml_front` and runs :mod:`.checks`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+from ragen_rllib.algorithms.starpo.config import checks
+from ragen_rllib.algorithms.starpo.config.knobs import RLLIB_DEFAULTS, STARPO_DEFAULTS
+from ragen_rllib.algorithms.starpo.config.yaml_front import config_from_user_dict
+from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.distributed.learner_group import build_learner_group
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.env_runner.warmup import model_path
+from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
+from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, Estimator
+from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
+
+
+class StarPOConfigBase(AlgorithmConfig):
+    """StarPO's config without its algorithm class (``starpo.StarPOConfig`` adds it):
+    RLlib's settings plus every knob of :data:`~.knobs.KNOBS`, each with its
+    declared default. The fluent ``.environment()``, ``.training()`` and
+    ``.env_runners()`` calls work; an experiment file's flat ``config:`` mapping is
+    read with :meth:`from_user_dict`; :meth:`validate` checks every value."""
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class)
+        for key, value in {**STARPO_DEFAULTS, **RLLIB_DEFAULTS}.items():
+            setattr(self, key, copy.deepcopy(value))
+        self.env_runner_cls = LLMEnvRunner
+        # No sync of the runners' states after every iteration (as RLlib's IMPALA):
+        # the runners hold no connector state and the driver keeps the counters, and
+        # the sync is a blocking call on every runner, which queues behind the
+        # runner's sample and weight load when sampling is asynchronous (measured:
+        # bench/bench_async.py --device-time; the weights go by _push_weights).
+        self._dont_auto_sync_env_runner_states = True
+
+    def training(self, **kwargs: Any) -> StarPOConfigBase:
+        """RLlib's ``training()`` plus every StarPO knob, e.g. ``.training(group_size=8)``.
+
+        An unknown keyword raises TypeError, as RLlib's own ``training()`` does.
+        """
+        ours = {key: kwargs.pop(key) for key in list(kwargs) if key in STARPO_DEFAULTS}
+        if "lambda" in kwargs:
+            ours["lambda_"] = kwargs.pop("lambda")
+        super().training(**kwargs)
+        for key, value in ours.items():
+            setattr(self, key, value)
+        return self
+
+    @classmethod
+    def from_user_dict(cls, config: dict[str, Any]) -> StarPOConfigBase:
+        """A config from a flat dict (YAML ``config:`` section); an unknown key is an
+        error naming close matches (see :func:`.yaml_front.config_from_user_dict`)."""
+        return config_from_user_dict(cls, config)
+
+    # ----- RLlib extension points -------------------------------------------------
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return RLModuleSpec(module_class=LLMRLModule, model_config=self.llm_module_config())
+
+    def get_default_learner_class(self):
+        return StarPOTorchLearner
+
+    def build_learner_group(self, **kwargs):
+        """RLlib's, with a LearnerGroup that gathers FSDP learners' state from all of them."""
+        return build_learner_group(self, **kwargs)
+
+    def build_learner_connector(self, input_observation_space, input_action_space, device=None):
+        return build_learner_pipeline(self, device)
+
+    # ----- derived settings ---------------------------------------------------------
+    @property
+    def estimator(self) -> Estimator:
+        """The advantage estimator's registry row."""
+        return ESTIMATORS[self.advantage_estimator]
+
+    @property
+    def uses_critic(self) -> bool:
+        return self.estimator.needs_critic
+
+    @property
+    def reward_norm_method_used(self) -> str | None:
+        """``reward_norm_method``, or the estimator's own when that is null."""
+        if self.reward_norm_method is not None:
+            return self.reward_norm_method
+        return self.estimator.default_reward_norm
+
+    @property
+    def loss_agg_used(self) -> str:
+        """``loss_agg``, or the estimator's own when that is null."""
+        return self.loss_agg if self.loss_agg is not None else self.estimator.default_loss_agg
+
+    @property
+    def loss_norm_tokens(self) -> int:
+        """seq-mean-token-sum-norm's constant: the most tokens one training sequence can
+        generate (a turn's with a context window, a whole trajectory's without)."""
+        turns = 1 if self.context_window is not None else self.max_turns
+        return self.max_new_tokens * turns
+
+    def advantage_settings(self) -> AdvantageSettings:
+        """The knobs the advantage estimators read."""
+        return AdvantageSettings(
+            reward_norm=self.reward_norm_method_used,
+            gamma=self.gamma,
+            lam=self.lambda_,
+            reward_level=self.reward_level,
+            gamma_turn=self.gamma_turn,
+            lambda_turn=self.lambda_turn,
+            gamma_token=self.gamma_token,
+            lambda_token=self.lambda_token,
+            gigpo_gamma=self.gigpo_gamma,
+            gigpo_step_weight=self.gigpo_step_weight,
+        )
+
+    @property
+    def filter_value_used(self) -> float:
+        """The filter strategy's value: ``filter_value``, or for top_k when that is null,
+        ``filter_keep_ratio``."""
+        if self.filter_value is None and self.filter_strategy == "top_k":
+            return self.filter_keep_ratio
+        return self.filter_value
+
+    @property
+    def filter_keeps_everything(self) -> bool:
+        return (
+            self.filter_strategy == "top_k"
+            and self.filter_value_used >= 1.0
+            and self.filter_include_zero
+        )
+
+    def llm_module_config(self) -> dict[str, Any]:
+        return {
+            "model_path": model_path(self),
+            "dtype": self.model_dtype,
+            "critic": self.uses_critic,
+            "temperature": self.temperature,
+            "gradient_checkpointing": self.gradient_checkpointing,
+            "pack_sequences": self.pack_sequences,
+            "lora": self.lora_settings(),
+        }
+
+    def lora_settings(self) -> dict[str, Any] | None:
+        """The LoRA settings as the module and the rollout actors take them (None: off)."""
+        if not self.lora_rank:
+            return None
+        target = self.lora_target_modules
+        return {
+            "rank": self.lora_rank,
+            "alpha": self.lora_alpha,
+            "dropout": self.lora_dropout,
+            "target_modules": target if isinstance(target, str) else list(target),
+        }
+
+    # ----- checks -------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise ValueError (or FileNotFoundError for a model path) on any bad value."""
+        self.check_values()
+        self.check_model()
+
+    def check_values(self) -> None:
+        """Every check but the model's (``llm``): cheap, and raises ValueError naming the key."""
+        checks.check_values(self)
+
+    def check_model(self) -> None:
+        """Resolve ``llm``; a missing local path, or a hub id that cannot be loaded within
+        seconds, raises FileNotFoundError."""
+        checks.check_model(self)
+
+    def validate(self) -> None:
+        if self.in_evaluation:
+            # RLlib's derived evaluation config (its own runner counts); StarPO
+            # evaluates through its training runners (StarPO.evaluate_success).
+            super().validate()
+            return
+        # Remote runners do all the sampling: no idle runner in the driver.
+        self.create_local_env_runner = self.num_env_runners == 0
+        super().validate()
+        self.check()
