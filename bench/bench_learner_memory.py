@@ -67,8 +67,8 @@ def run_setting(model_path: str, name: str, prompt: int, response: int) -> dict:
 
     from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
     from ragen_rllib.env_runner.llm_env_runner import token_spaces
-    from ragen_rllib.maths.losses import token_logprobs_and_entropy
     from ragen_rllib.rl_module import llm_rl_module as rl_module
+    from ragen_rllib.rl_module.logprobs import token_logprobs_and_entropy
 
     setting = SETTINGS[name]
     if setting["old"]:

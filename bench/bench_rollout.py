@@ -45,8 +45,8 @@ def naive_episode(runner, seed: int, params, sample_seed: int) -> NaiveEpisode:
     is tokenized again and handed to ``generate``, which encodes it from scratch."""
     import torch
 
+    from ragen_rllib.chat.prompts import render_turn, with_instructions
     from ragen_rllib.env_runner.env_loading import actions_left_of
-    from ragen_rllib.env_runner.prompts import render_turn, with_instructions
 
     cfg, chat, tok = runner.config, runner.chat, runner.tokenizer
     model = runner.engine.model

@@ -114,11 +114,11 @@ import numpy as np
 import torch
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.frozenlake import frozen_neighbours, shortest_path
-from ragen_envs.sokoban import MOVES as SOKO_MOVES
-from ragen_envs.sokoban import SokobanState
-from ragen_envs.sokoban_solver import solve
-from ragen_rllib.env_runner.prompts import (
+from ragen_envs.grids.frozenlake import frozen_neighbours, shortest_path
+from ragen_envs.grids.sokoban import MOVES as SOKO_MOVES
+from ragen_envs.grids.sokoban import SokobanState
+from ragen_envs.grids.sokoban_solver import solve
+from ragen_rllib.chat.prompts import (
     ChatFormat,
     render_turn,
     system_prompt_for,

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import ragen_envs
-from ragen_rllib.env_runner.prompts import (
+from ragen_rllib.chat.prompts import (
     SYSTEM_PROMPT,
     ChatFormat,
     render_turn,

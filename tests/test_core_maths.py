@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from ragen_rllib.learner.loss_terms import kl_penalty, policy_loss, value_loss
 from ragen_rllib.maths.advantages import (
     bilevel_gae,
     discounted_returns,
@@ -18,12 +19,7 @@ from ragen_rllib.maths.advantages import (
     masked_whiten,
     token_rewards,
 )
-from ragen_rllib.maths.losses import (
-    kl_penalty,
-    policy_loss,
-    token_logprobs_and_entropy,
-    value_loss,
-)
+from ragen_rllib.rl_module.logprobs import token_logprobs_and_entropy
 
 F64 = torch.float64
 

@@ -199,7 +199,7 @@ def test_estimator_defaults_follow_the_papers():
 
 
 def test_seq_mean_token_sum_norm_divides_by_a_constant_not_the_length():
-    from ragen_rllib.maths.losses import aggregate_loss
+    from ragen_rllib.learner.loss_terms import aggregate_loss
 
     loss = torch.tensor([[1.0, 1.0, 1.0, 0.0], [2.0, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])

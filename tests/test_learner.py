@@ -19,8 +19,8 @@ from ragen_rllib.maths.batching import (
     shard_trajectories,
     take_rows,
 )
-from ragen_rllib.maths.losses import token_logprobs_and_entropy
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
+from ragen_rllib.rl_module.logprobs import token_logprobs_and_entropy
 
 config = frozenlake_gae_config
 

@@ -11,12 +11,8 @@ import pytest
 import torch
 
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
-from ragen_rllib.maths.losses import (
-    LOG_RATIO_BOUND,
-    kl_penalty,
-    policy_loss,
-    token_logprobs_and_entropy,
-)
+from ragen_rllib.learner.loss_terms import LOG_RATIO_BOUND, kl_penalty, policy_loss
+from ragen_rllib.rl_module.logprobs import token_logprobs_and_entropy
 
 F64 = torch.float64
 
@@ -37,7 +33,7 @@ def test_an_extreme_log_ratio_gives_a_finite_gradient(advantage):
     assert torch.isfinite(logp_new.grad).all(), logp_new.grad
     # The clamped token's ratio is exp(20): the clamp gives it no gradient (with a
     # negative advantage and no dual clip, one the unclipped objective would have;
-    # dropped on purpose, see maths/losses.py); the other tokens keep theirs.
+    # dropped on purpose, see learner/loss_terms.py); the other tokens keep theirs.
     assert logp_new.grad[0, 1] == 0.0
     assert logp_new.grad[0, 0] != 0.0
     assert stats["ratio_max"] == pytest.approx(math.exp(LOG_RATIO_BOUND), rel=1e-5)

@@ -9,8 +9,7 @@ import pytest
 from conftest import tiny_config, tiny_dict
 
 import ragen_envs
-from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-from ragen_rllib.env_runner.prompts import (
+from ragen_rllib.chat.prompts import (
     FORMAT_HINT,
     PRESETS,
     SYSTEM_PROMPT,
@@ -18,6 +17,7 @@ from ragen_rllib.env_runner.prompts import (
     render_turn,
     with_instructions,
 )
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 
 
 def test_the_presets_render_the_documented_texts():

@@ -13,9 +13,9 @@ import gymnasium as gym
 import pytest
 from conftest import private_env, tiny_config, tiny_dict
 
+from ragen_rllib.chat.prompts import FORMAT_HINT
 from ragen_rllib.env_runner.env_loading import make_env, success_of
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-from ragen_rllib.env_runner.prompts import FORMAT_HINT
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_ENVS = Path(__file__).resolve().parent / "user_envs"

@@ -6,7 +6,7 @@
 * ``package.module:EnvId``, Gymnasium's own syntax: the module is imported,
   and is expected to register ``EnvId``;
 * an id that the module(s) named by ``env_module`` register on import;
-* ``openenv+http://HOST:PORT``: an OpenEnv server (``python -m ragen_envs.serve``
+* ``openenv+http://HOST:PORT``: an OpenEnv server (``python -m ragen_envs.remote.serve``
   or any other), played through :class:`ragen_envs.remote.OpenEnvTextEnv`, whose
   keyword arguments ``env_config`` holds (see docs/remote_envs.md).
 
@@ -17,7 +17,7 @@ so the config check, the Tune trial and every env runner call
 What a text env must offer (the built-in envs offer all of it): ``reset()``
 returns a ``str`` observation and ``step(answer: str)`` the usual 5-tuple. The
 rest is optional, with these fallbacks (see
-:func:`ragen_rllib.env_runner.prompts.with_instructions`, :func:`actions_left_of`,
+:func:`ragen_rllib.chat.prompts.with_instructions`, :func:`actions_left_of`,
 :func:`success_of`):
 
 * ``instructions()``: the task description that opens the first prompt;
@@ -36,7 +36,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ragen_envs.remote import OpenEnvTextEnv, base_url_of, check_server, is_remote_id
+from ragen_envs.remote.client import OpenEnvTextEnv, base_url_of, check_server, is_remote_id
 
 
 def env_modules(config: Any) -> list[str]:
@@ -130,7 +130,7 @@ def check_remote(env_id: str, env_config: Any, key: str) -> None:
     except ConnectionError as err:
         raise ValueError(
             f"config {key}={env_id!r}: the OpenEnv server does not answer ({err}). Start it "
-            "(python -m ragen_envs.serve ENV_ID --host HOST --port PORT) or fix the address"
+            "(python -m ragen_envs.remote.serve ENV_ID --host HOST --port PORT) or fix the address"
         ) from None
 
 

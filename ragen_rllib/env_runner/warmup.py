@@ -26,19 +26,18 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from ragen_rllib.chat.prompts import ChatFormat, render_turn, with_instructions
 from ragen_rllib.console import no_progress_bars
 from ragen_rllib.env_runner.env_loading import make_eval_env
 from ragen_rllib.env_runner.env_mix import format_of, mix_entries
-from ragen_rllib.env_runner.prompts import ChatFormat, render_turn, with_instructions
 from ragen_rllib.models.builtin import default_cache_dir
+from ragen_rllib.models.cache_folder import publish_folder
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.models.transcripts import random_answer
 
@@ -140,23 +139,13 @@ def warmed_model(base: str, config: Any) -> str:
     if os.path.isfile(os.path.join(final, RECORD_FILE)):
         return final
     _show_progress()
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=os.path.dirname(final))
-    try:
+
+    def fill(tmp: str) -> dict[str, Any]:
         with no_progress_bars():
             record = train_format_warmup(base, config, tmp)
-        record["settings"] = settings
-        record["base"] = base
-        with open(os.path.join(tmp, RECORD_FILE), "w") as f:
-            json.dump(record, f, indent=1, default=str)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not os.path.isfile(os.path.join(final, RECORD_FILE)):  # not a lost race
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+        return {**record, "settings": settings, "base": base}
+
+    return publish_folder(final, RECORD_FILE, fill)
 
 
 def _show_progress() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ragen_rllib.distributed.collectives import learner_count, summed_over_learners
-from ragen_rllib.maths.losses import aggregate_loss, kl_penalty, policy_loss, value_loss
+from ragen_rllib.learner.loss_terms import aggregate_loss, kl_penalty, policy_loss, value_loss
 
 #: Logged terms that are a micro-batch's share of the minibatch's value: summed over
 #: micro-batches, and over learners (see :func:`starpo_loss`). Maxima are maxima.

@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
 
 from ragen_rllib.console import no_progress_bars
+from ragen_rllib.models.cache_folder import publish_folder
 
 logger = logging.getLogger(__name__)
 
@@ -187,14 +185,11 @@ def convert_gguf(path: str, cache_dir: str) -> str:
     plain.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=eos, pad_token_id=pad
     )
-    parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{os.path.basename(final)}-", dir=parent)
-    try:
+    def fill(tmp: str) -> dict:
         with no_progress_bars():
             plain.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-        record = {
+        return {
             "source": os.path.abspath(path),
             "sha256": file_digest(path),
             "convert_version": CONVERT_VERSION,
@@ -203,14 +198,7 @@ def convert_gguf(path: str, cache_dir: str) -> str:
             "parameters": sum(p.numel() for p in plain.parameters()),
             "seconds": round(time.perf_counter() - start, 1),
         }
-        with open(os.path.join(tmp, SOURCE_FILE), "w") as f:
-            json.dump(record, f, indent=1)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not os.path.isfile(os.path.join(final, SOURCE_FILE)):  # not a lost race
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    publish_folder(final, SOURCE_FILE, fill)
     logger.info("converted %s in %.1f s", path, time.perf_counter() - start)
     return final

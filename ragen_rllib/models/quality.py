@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import ragen_envs
-from ragen_rllib.env_runner.prompts import (
+from ragen_rllib.chat.prompts import (
     ChatFormat,
     render_turn,
     system_prompt_for,

@@ -6,7 +6,7 @@ symbols, punctuation), per newline, plus ``||`` and the four tags ``<think>
 tokens with single spaces, which the answer parser tolerates. The vocabulary
 comes from the environments' own texts (instructions and observations of every
 registered id over many seeds), the prompt framing of
-:mod:`ragen_rllib.env_runner.prompts`, and the numbers that rendered rewards and
+:mod:`ragen_rllib.chat.prompts`, and the numbers that rendered rewards and
 budgets use, so rendered prompts contain no unknown token. It is a Qwen2-style
 byte-level BPE tokenizer with a ChatML chat template, saved in the standard
 Hugging Face format.
@@ -26,7 +26,7 @@ from transformers import PreTrainedTokenizerFast
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
 import ragen_envs
-from ragen_rllib.env_runner.prompts import FORMAT_HINT, SYSTEM_PROMPT, render_turn
+from ragen_rllib.chat.prompts import FORMAT_HINT, SYSTEM_PROMPT, render_turn
 from ragen_rllib.models.spec import BuiltinSpec
 from ragen_rllib.models.transcripts import FILLER_WORDS, SEPARATOR, random_answer
 

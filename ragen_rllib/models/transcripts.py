@@ -17,8 +17,8 @@ import gymnasium as gym
 import numpy as np
 
 import ragen_envs
-from ragen_envs.base import INSTRUCTION_STYLES
-from ragen_rllib.env_runner.prompts import (
+from ragen_envs.core.base import INSTRUCTION_STYLES
+from ragen_rllib.chat.prompts import (
     PROMPT_STYLES,
     ChatFormat,
     render_turn,

@@ -5,7 +5,7 @@ The RL module's actor (and, under LoRA, the KL reference: the actor with its
 adapter switched off) scores a batch through :func:`response_logprobs`: the
 transformer runs over the batch (packed rows, or each distinct prompt of a
 group once), and the LM head only over the response positions, in
-checkpointed chunks (:func:`~ragen_rllib.maths.losses.selected_logprobs_and_entropy`).
+checkpointed chunks (:func:`~ragen_rllib.rl_module.logprobs.selected_logprobs_and_entropy`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ragen_rllib.maths.batching import MIN_SHARED_SAVING
-from ragen_rllib.maths.losses import selected_logprobs_and_entropy
 from ragen_rllib.rl_module import packing
+from ragen_rllib.rl_module.logprobs import selected_logprobs_and_entropy
 from ragen_rllib.rl_module.packing import Packed, packed_hidden
 
 
