@@ -16,6 +16,7 @@ their policy version, from the algorithm after every update.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -28,6 +29,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from ragen_rllib.chat.prompts import ChatFormat, PromptFormat, render_turn, with_instructions
 from ragen_rllib.console import quiet
 from ragen_rllib.distributed.wire import from_wire, is_wire
 from ragen_rllib.engines.base import SamplingParams
@@ -42,12 +44,7 @@ from ragen_rllib.env_runner.env_loading import (
 from ragen_rllib.env_runner.env_mix import entry_of_group, format_of, mix_entries, turns_of
 from ragen_rllib.env_runner.eval_suites import EvalEnv
 from ragen_rllib.env_runner.metrics import evaluation_metrics
-from ragen_rllib.env_runner.prompts import (
-    ChatFormat,
-    PromptFormat,
-    render_turn,
-    with_instructions,
-)
+from ragen_rllib.env_runner.rollout_state import Rollout, WholeHistory, Window, check_observation
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.env_runner.warmup import model_path
 from ragen_rllib.maths.seeding import mix_seed, training_group_seeds
@@ -61,14 +58,6 @@ def token_spaces(vocab_size: int, max_len: int) -> tuple[gym.Space, gym.Space]:
     """The RL module's view: observations are token-id sequences, actions are tokens."""
     obs = gym.spaces.Box(0, vocab_size - 1, shape=(max_len,), dtype=np.int64)
     return obs, gym.spaces.Discrete(vocab_size)
-
-
-def _check_observation(obs: Any) -> None:
-    if not isinstance(obs, str):
-        raise TypeError(
-            f"the env returned an observation of type {type(obs).__name__}; a text env's "
-            "reset() and step() must return str observations"
-        )
 
 
 class LLMEnvRunner(EnvRunner, Checkpointable):
@@ -261,154 +250,116 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         and prompt style.
         """
         cfg = self.config
-        window = cfg.context_window
         entries = [env or entry_of_group(self._mix, g) for g in groups]
-        styles = [format_of(e, cfg) for e in entries]
-        chats = [self._chat(style) for style in styles]
-        limits = [turns_of(e, cfg.max_turns) for e in entries]
-        start = time.perf_counter()
         envs = self._make_envs(entries)
-        trajs: list[Trajectory] = []
-        # Per trajectory: the ids the engine gets at the next turn, and (for a context
-        # window) the user text of every turn and each answer's (ids, ended with eos).
-        prompts: dict[int, list[int]] = {}
-        texts: dict[int, list[str]] = {}
-        answers: dict[int, list[tuple[list[int], bool]]] = {}
+        start = time.perf_counter()
+        options = {} if reset_options is None else {"options": reset_options}  # curriculum
         # The N trajectories of a group start from one state, so from one first prompt:
         # each distinct first prompt is encoded once per call (encoding every copy was
         # over half the runner's own time per Bandit sample; bench_async.py --device-time).
         first_ids: dict[tuple[PromptFormat, str], list[int]] = {}
-        options = {} if reset_options is None else {"options": reset_options}  # curriculum
-        for i, (env, seed, group) in enumerate(zip(envs, seeds, groups, strict=True)):
-            style, chat = styles[i], chats[i]
+        rollouts = []
+        for entry, env_, seed, group in zip(entries, envs, seeds, groups, strict=True):
+            fmt = format_of(entry, cfg)
+            chat = self._chat(fmt)
             traj = Trajectory(
-                env_id=entries[i].env,
-                env_name=entries[i].name,
+                env_id=entry.env,
+                env_name=entry.name,
                 seed=seed,
                 group=group,
                 policy_version=self.engine.policy_version,
                 prefill=chat.prefill,
             )
-            trajs.append(traj)
-            try:
-                obs, info = env.reset(seed=seed, **options)
-                _check_observation(obs)
-            except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
-                self._unplayable(traj, "env_error", f"reset(): {type(err).__name__}: {err}")
-                continue
-            texts[i], answers[i] = [render_turn(1, obs, actions_left_of(info), None, style)], []
-            traj.turn_observations.append(obs)
-            traj.turn_prompts.append(with_instructions(env.unwrapped, texts[i][0], style))
-            first = traj.turn_prompts[0]
-            if (style, first) not in first_ids:
-                first_ids[style, first] = chat.prompt_ids(first)
-            prompts[i] = list(first_ids[style, first])
-            if len(prompts[i]) + params.max_new_tokens > cfg.max_context_tokens:
-                # No turn can be played: like an env error, its group goes.
-                n, bound = len(prompts.pop(i)), cfg.max_context_tokens
-                why = f"first prompt of {n} tokens + max_new_tokens > max_context_tokens={bound}"
-                self._unplayable(traj, "context_overflow", why)
-                continue
-            if window is None:  # one segment: the prompt list grows with it
-                traj.start_segment(prompts[i])
-                prompts[i] = traj.segments[-1].input_ids
+            roll = Rollout(traj, env_, fmt, chat, turns_of(entry, cfg.max_turns))
+            rollouts.append(roll)
+            self._begin(roll, options, first_ids, params.max_new_tokens)
 
         generated = 0
         reused_before = self.engine.prompt_tokens_reused
-        active = list(prompts)
+        active = [r for r in rollouts if r.context is not None]
         self.engine.clear_cache()
-        for turn in range(1, max(limits, default=0) + 1):
+        for turn in range(1, max((r.limit for r in rollouts), default=0) + 1):
             if not active:
                 break
-            batch = [prompts[i] for i in active]
             # Keyed by trajectory: a turn encodes only what its previous context lacks.
-            gens = self.engine.generate(batch, params, seed=sample_seed + turn, cache_keys=active)
-            still_active = []
-            for i, gen in zip(active, gens, strict=True):
-                traj, env = trajs[i], envs[i]
-                style, chat = styles[i], chats[i]
-                if window is not None:
-                    traj.start_segment(prompts[i])
-                traj.append_generation(gen.ids, gen.behaviour_logp)
-                generated += len(gen.ids)
-                text = chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
-                traj.answers.append(text)
-                try:
-                    obs, reward, term, trunc, info = env.step(text)
-                    _check_observation(obs)
-                except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
-                    traj.append_context(chat.closing_ids(gen.ended_with_eos))
-                    self._unplayable(traj, "env_error", f"step(): {type(err).__name__}: {err}")
-                    continue
-                traj.turn_rewards.append(float(reward))
-                traj.turn_infos.append(info)
-                traj.success = success_of(info, float(reward))
-                if term or trunc or turn == limits[i]:
-                    reason = "terminated" if term else "truncated" if trunc else "max_turns"
-                    self._finish(traj, chat, gen.ended_with_eos, reason)
-                    continue
-                user = render_turn(turn + 1, obs, actions_left_of(info), reward, style)
-                if window is None:
-                    nxt = chat.continuation_ids(user, gen.ended_with_eos)
-                    length = len(prompts[i]) + len(nxt)
-                else:
-                    texts[i].append(user)
-                    answers[i].append((list(gen.ids), gen.ended_with_eos))
-                    nxt = self._window_ids(env.unwrapped, texts[i], answers[i], window, style)
-                    length = len(nxt)
-                if length + params.max_new_tokens > cfg.max_context_tokens:
-                    logger.info("trajectory seed %d ends: context would overflow", traj.seed)
-                    self._finish(traj, chat, gen.ended_with_eos, "context_overflow")
-                    continue
-                traj.turn_observations.append(obs)
-                traj.turn_prompts.append(user)
-                if window is None:
-                    traj.append_context(nxt)
-                else:
-                    prompts[i] = nxt
-                still_active.append(i)
-            active = still_active
-
+            keys = [id(r) for r in active]
+            batch = [r.context.prompt for r in active]
+            gens = self.engine.generate(batch, params, seed=sample_seed + turn, cache_keys=keys)
+            generated += sum(len(g.ids) for g in gens)
+            active = [
+                r for r, g in zip(active, gens, strict=True)
+                if self._play_turn(r, g, turn, params.max_new_tokens)
+            ]  # fmt: skip
         self.engine.clear_cache()
         if log_metrics:
-            elapsed = time.perf_counter() - start
-            self.metrics.log_value("rollout_time_s", elapsed, window=1)
-            self.metrics.log_value("generated_tokens", generated, window=1)
-            self.metrics.log_value(
-                "generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1
-            )
-            # Prompt tokens the engine took from its prefix cache instead of encoding.
-            reused = self.engine.prompt_tokens_reused - reused_before
-            self.metrics.log_value("prompt_tokens_reused", reused, window=1)
-        return trajs
+            self._log_rollout(time.perf_counter() - start, generated, reused_before)
+        return [r.traj for r in rollouts]
 
-    def _window_ids(
-        self,
-        env: Any,
-        texts: list[str],
-        answers: list[tuple[list[int], bool]],
-        window: int,
-        style: PromptFormat,
-    ) -> list[int]:
-        """The prompt of the next turn under a context window of ``window`` turns: the
-        instructions with the user text of the window's first turn, then each later
-        turn's answer (as sampled) and the user text after it."""
-        first = max(0, len(texts) - 1 - window)  # index of the window's first turn
-        turns = [(ids, eos, texts[j + 1]) for j, (ids, eos) in enumerate(answers) if j >= first]
-        return self._chat(style).conversation_ids(
-            with_instructions(env, texts[first], style), turns
-        )
+    def _begin(self, roll: Rollout, options: dict, first_ids: dict, max_new_tokens: int) -> None:
+        """Reset the rollout's env and put in its first prompt (its context), or end it
+        as an env error, or as a context overflow when no answer fits after it."""
+        traj, fmt = roll.traj, roll.fmt
+        try:
+            obs, info = roll.env.reset(seed=traj.seed, **options)
+            check_observation(obs)
+        except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
+            roll.unplayable("env_error", f"reset(): {type(err).__name__}: {err}")
+            return
+        text = render_turn(1, obs, actions_left_of(info), None, fmt)
+        traj.turn_observations.append(obs)
+        traj.turn_prompts.append(with_instructions(roll.env.unwrapped, text, fmt))
+        first = traj.turn_prompts[0]
+        if (fmt, first) not in first_ids:
+            first_ids[fmt, first] = roll.chat.prompt_ids(first)
+        ids, bound = first_ids[fmt, first], self.config.max_context_tokens
+        if len(ids) + max_new_tokens > bound:  # no turn can be played: its group goes
+            why = f"first prompt of {len(ids)} tokens + max_new_tokens > max_context_tokens={bound}"
+            roll.unplayable("context_overflow", why)
+            return
+        window = self.config.context_window
+        if window is None:
+            roll.context = WholeHistory(traj, roll.chat, list(ids))
+        else:
+            unwrapped = roll.env.unwrapped
+            instructions = functools.partial(with_instructions, unwrapped, style=fmt)
+            roll.context = Window(window, traj, roll.chat, ids, text, instructions)
 
-    def _unplayable(self, traj: Trajectory, reason: str, error: str) -> None:
-        """End ``traj`` without a true return (an env error, or a first prompt that
-        leaves no room for an answer); its group is dropped from the update."""
-        logger.warning("env %s (seed %d): %s; its group is dropped from the update",
-                       traj.env_id, traj.seed, error)  # fmt: skip
-        traj.error, traj.done, traj.success, traj.end_reason = error, True, False, reason
+    def _play_turn(self, roll: Rollout, gen, turn: int, max_new_tokens: int) -> bool:
+        """Hand one answer to the env and record the turn; whether the rollout goes on."""
+        traj, context = roll.traj, roll.context
+        context.answer_begins()
+        traj.append_generation(gen.ids, gen.behaviour_logp)
+        text = roll.chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
+        traj.answers.append(text)
+        try:
+            obs, reward, term, trunc, info = roll.env.step(text)
+            check_observation(obs)
+        except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
+            traj.append_context(roll.chat.closing_ids(gen.ended_with_eos))
+            roll.unplayable("env_error", f"step(): {type(err).__name__}: {err}")
+            return False
+        traj.turn_rewards.append(float(reward))
+        traj.turn_infos.append(info)
+        traj.success = success_of(info, float(reward))
+        if term or trunc or turn == roll.limit:
+            reason = "terminated" if term else "truncated" if trunc else "max_turns"
+            roll.finish(gen.ended_with_eos, reason)
+            return False
+        user = render_turn(turn + 1, obs, actions_left_of(info), reward, roll.fmt)
+        length = context.following(user, gen.ids, gen.ended_with_eos)
+        if length + max_new_tokens > self.config.max_context_tokens:
+            logger.info("trajectory seed %d ends: context would overflow", traj.seed)
+            roll.finish(gen.ended_with_eos, "context_overflow")
+            return False
+        traj.turn_observations.append(obs)
+        traj.turn_prompts.append(user)
+        context.advance()
+        return True
 
-    def _finish(
-        self, traj: Trajectory, chat: ChatFormat, ended_with_eos: bool, reason: str
-    ) -> None:
-        traj.append_context(chat.closing_ids(ended_with_eos))
-        traj.done = True
-        traj.end_reason = reason
+    def _log_rollout(self, elapsed: float, generated: int, reused_before: int) -> None:
+        self.metrics.log_value("rollout_time_s", elapsed, window=1)
+        self.metrics.log_value("generated_tokens", generated, window=1)
+        self.metrics.log_value("generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1)
+        # Prompt tokens the engine took from its prefix cache instead of encoding.
+        reused = self.engine.prompt_tokens_reused - reused_before
+        self.metrics.log_value("prompt_tokens_reused", reused, window=1)
