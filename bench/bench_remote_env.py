@@ -1,6 +1,6 @@
 """The remote env path's cost per env step against the same env in-process.
 
-For each env, one ``python -m ragen_envs.serve`` server on 127.0.0.1 and the same
+For each env, one ``python -m ragen_envs.remote.serve`` server on 127.0.0.1 and the same
 answers played twice in one process: on the env made with ``gym.make`` and on
 ``ragen_envs.remote.OpenEnvTextEnv`` talking to the server (OpenEnv's WebSocket
 session), side by side. ``--sessions`` envs are stepped in turn, as an env
@@ -23,7 +23,7 @@ import time
 import gymnasium as gym
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.remote import OpenEnvTextEnv, check_server
+from ragen_envs.remote.client import OpenEnvTextEnv, check_server
 
 ANSWERS = {
     "ragen/Bandit-v0": ["<think>x</think><answer>Dragon</answer>"],
@@ -46,7 +46,7 @@ def free_port() -> int:
 
 def start_server(env_id: str, port: int) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ragen_envs.serve", env_id, "--port", str(port)],
+        [sys.executable, "-m", "ragen_envs.remote.serve", env_id, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.sokoban_solver import solve
+from ragen_envs.grids.sokoban_solver import solve
 
 PRESETS = ("ragen/SimpleSokoban-v0", "ragen/LargeSokoban-v0", "ragen/SokobanNewVocab-v0")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from ragen_envs.frozenlake import FrozenLakeEnv, generate_lake
+from ragen_envs.grids.frozenlake import FrozenLakeEnv, generate_lake
 
 MAP_SEED = 3
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ragen_envs.sokoban import SokobanEnv, SokobanState
+from ragen_envs.grids.sokoban import SokobanEnv, SokobanState
 
 ROOM_SEED = 3
 

@@ -23,9 +23,9 @@ from collections import Counter
 
 import numpy as np
 
-from ragen_envs.frozenlake import MOVES, FrozenLakeEnv, shortest_path
-from ragen_envs.sokoban import SokobanEnv
-from ragen_envs.sokoban_solver import solve
+from ragen_envs.grids.frozenlake import MOVES, FrozenLakeEnv, shortest_path
+from ragen_envs.grids.sokoban import SokobanEnv
+from ragen_envs.grids.sokoban_solver import solve
 
 BUDGET = 10
 

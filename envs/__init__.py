@@ -15,53 +15,60 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from .answer_env import AnswerEnv, AnswerResult
-from .bandit import Arm, BanditEnv
-from .base import TextEnv
-from .countdown import CountdownEnv
-from .dataset_qa import DatasetQAEnv
-from .frozenlake import FrozenLakeEnv
-from .game2048 import Game2048Env
-from .parsing import AnswerBlock, ParsedAnswer, ParserConfig, parse_answer, read_answer_block
-from .search_qa import SearchQAEnv
-from .sokoban import SokobanEnv
-from .sudoku import SudokuEnv
+from . import _old_paths
+from .core.answer_env import AnswerEnv, AnswerResult
+from .core.base import TextEnv
+from .core.parsing import AnswerBlock, ParsedAnswer, ParserConfig, parse_answer, read_answer_block
+from .grids.frozenlake import FrozenLakeEnv
+from .grids.game2048 import Game2048Env
+from .grids.sokoban import SokobanEnv
+from .puzzles.bandit import Arm, BanditEnv
+from .puzzles.countdown import CountdownEnv
+from .puzzles.sudoku import SudokuEnv
+from .qa.dataset_qa import DatasetQAEnv
+from .qa.search_qa import SearchQAEnv
 
 #: id -> (entry point, default kwargs). ``gym.make(id, **kwargs)`` overrides them.
 _REGISTRY: dict[str, tuple[str, dict]] = {
-    "ragen/Bandit-v0": ("ragen_envs.bandit:BanditEnv", {"preset": "phoenix_dragon"}),
+    "ragen/Bandit-v0": ("ragen_envs.puzzles.bandit:BanditEnv", {"preset": "phoenix_dragon"}),
     "ragen/BanditTeacherEngineer-v0": (
-        "ragen_envs.bandit:BanditEnv",
+        "ragen_envs.puzzles.bandit:BanditEnv",
         {"preset": "teacher_engineer"},
     ),
-    "ragen/BanditHeldOut-v0": ("ragen_envs.bandit:BanditEnv", {"preset": "librarian_trader"}),
-    "ragen/BanditRev-v0": ("ragen_envs.bandit:BanditEnv", {"preset": "librarian_trader_rev"}),
+    "ragen/BanditHeldOut-v0": (
+        "ragen_envs.puzzles.bandit:BanditEnv",
+        {"preset": "librarian_trader"},
+    ),
+    "ragen/BanditRev-v0": (
+        "ragen_envs.puzzles.bandit:BanditEnv",
+        {"preset": "librarian_trader_rev"},
+    ),
     "ragen/SimpleSokoban-v0": (
-        "ragen_envs.sokoban:SokobanEnv",
+        "ragen_envs.grids.sokoban:SokobanEnv",
         {"dim_room": (6, 6), "num_boxes": 1},
     ),
     "ragen/LargeSokoban-v0": (
-        "ragen_envs.sokoban:SokobanEnv",
+        "ragen_envs.grids.sokoban:SokobanEnv",
         {"dim_room": (8, 8), "num_boxes": 2},
     ),
     "ragen/SokobanNewVocab-v0": (
-        "ragen_envs.sokoban:SokobanEnv",
+        "ragen_envs.grids.sokoban:SokobanEnv",
         {"dim_room": (6, 6), "num_boxes": 1, "vocab": "new"},
     ),
-    "ragen/FrozenLake-v0": ("ragen_envs.frozenlake:FrozenLakeEnv", {"is_slippery": True}),
+    "ragen/FrozenLake-v0": ("ragen_envs.grids.frozenlake:FrozenLakeEnv", {"is_slippery": True}),
     "ragen/FrozenLakeNoSlip-v0": (
-        "ragen_envs.frozenlake:FrozenLakeEnv",
+        "ragen_envs.grids.frozenlake:FrozenLakeEnv",
         {"is_slippery": False},
     ),
     # Free-text answers (AnswerEnv): no action vocabulary.
-    "ragen/Countdown-v0": ("ragen_envs.countdown:CountdownEnv", {"attempts": 1}),
-    "ragen/CountdownMultiTurn-v0": ("ragen_envs.countdown:CountdownEnv", {"attempts": 4}),
-    "ragen/Sudoku4x4-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 4}),
-    "ragen/Sudoku9x9-v0": ("ragen_envs.sudoku:SudokuEnv", {"size": 9}),
-    "ragen/2048-v0": ("ragen_envs.game2048:Game2048Env", {}),
+    "ragen/Countdown-v0": ("ragen_envs.puzzles.countdown:CountdownEnv", {"attempts": 1}),
+    "ragen/CountdownMultiTurn-v0": ("ragen_envs.puzzles.countdown:CountdownEnv", {"attempts": 4}),
+    "ragen/Sudoku4x4-v0": ("ragen_envs.puzzles.sudoku:SudokuEnv", {"size": 4}),
+    "ragen/Sudoku9x9-v0": ("ragen_envs.puzzles.sudoku:SudokuEnv", {"size": 9}),
+    "ragen/2048-v0": ("ragen_envs.grids.game2048:Game2048Env", {}),
     # Question answering: a dataset of word problems, and search with a tool (BM25).
-    "ragen/MathWordProblems-v0": ("ragen_envs.dataset_qa:DatasetQAEnv", {}),
-    "ragen/SearchQA-v0": ("ragen_envs.search_qa:SearchQAEnv", {}),
+    "ragen/MathWordProblems-v0": ("ragen_envs.qa.dataset_qa:DatasetQAEnv", {}),
+    "ragen/SearchQA-v0": ("ragen_envs.qa.search_qa:SearchQAEnv", {}),
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on (today every registered one): its
@@ -87,6 +94,7 @@ BUILTIN_MODEL_ENV_IDS: tuple[str, ...] = (
     "ragen/SearchQA-v0",
 )
 
+_old_paths.install()  # `ragen_envs.sokoban` and the other flat paths of earlier releases
 for _env_id, (_entry_point, _kwargs) in _REGISTRY.items():
     if _env_id not in gym.registry:
         gym.register(id=_env_id, entry_point=_entry_point, kwargs=_kwargs)

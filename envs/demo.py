@@ -19,18 +19,18 @@ import gymnasium as gym
 import numpy as np
 
 from . import ENV_IDS
-from .bandit import BanditEnv
-from .base import TextEnv
-from .countdown import CountdownEnv
-from .countdown_expr import solve as solve_countdown
-from .dataset_qa import DatasetQAEnv
-from .frozenlake import FrozenLakeEnv, shortest_path
-from .game2048 import Game2048Env, plan_moves
-from .search_qa import SearchQAEnv, oracle_command
-from .sokoban import SokobanEnv
-from .sokoban_solver import solve
-from .sudoku import SudokuEnv
-from .sudoku_solver import solve as solve_sudoku
+from .core.base import TextEnv
+from .grids.frozenlake import FrozenLakeEnv, shortest_path
+from .grids.game2048 import Game2048Env, plan_moves
+from .grids.sokoban import SokobanEnv
+from .grids.sokoban_solver import solve
+from .puzzles.bandit import BanditEnv
+from .puzzles.countdown import CountdownEnv
+from .puzzles.countdown_expr import solve as solve_countdown
+from .puzzles.sudoku import SudokuEnv
+from .puzzles.sudoku_solver import solve as solve_sudoku
+from .qa.dataset_qa import DatasetQAEnv
+from .qa.search_qa import SearchQAEnv, oracle_command
 
 Agent = Callable[[TextEnv, np.random.Generator], list[str]]
 

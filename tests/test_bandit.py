@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragen_envs.bandit import Arm, BanditEnv, preset_arms
+from ragen_envs.puzzles.bandit import Arm, BanditEnv, preset_arms
 
 
 def pull(name: str) -> str:

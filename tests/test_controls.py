@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import fixed_lake  # noqa: E402,F401  (registers FixedLake-v0)
 import fixed_sokoban  # noqa: E402,F401  (registers FixedSokoban-v0)
 
-from ragen_envs.frozenlake import shortest_path  # noqa: E402
-from ragen_envs.sokoban import MOVES  # noqa: E402
-from ragen_envs.sokoban_solver import solve  # noqa: E402
+from ragen_envs.grids.frozenlake import shortest_path  # noqa: E402
+from ragen_envs.grids.sokoban import MOVES  # noqa: E402
+from ragen_envs.grids.sokoban_solver import solve  # noqa: E402
 
 
 def answer(move: str) -> str:

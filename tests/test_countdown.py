@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.answer_env import AnswerEnv, AnswerResult, quote
-from ragen_envs.countdown import CountdownEnv
-from ragen_envs.countdown_expr import (
+from ragen_envs.core.answer_env import AnswerEnv, AnswerResult, quote
+from ragen_envs.puzzles.countdown import CountdownEnv
+from ragen_envs.puzzles.countdown_expr import (
     MAX_DEPTH,
     ExpressionError,
     evaluate,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from conftest import run_script, tiny_dict
 
-from ragen_envs.sokoban import SokobanEnv, parse_room
-from ragen_envs.sokoban_solver import solve
+from ragen_envs.grids.sokoban import SokobanEnv, parse_room
+from ragen_envs.grids.sokoban_solver import solve
 from ragen_rllib.env_runner.curriculum import parse_curriculum, stage_at
 
 
@@ -127,8 +127,8 @@ def test_training_rooms_follow_the_schedule_and_evaluation_does_not(tmp_path):
     script = """
 import json, pathlib, ray
 import pyarrow.parquet as pq
-from ragen_envs.sokoban import parse_room
-from ragen_envs.sokoban_solver import solve
+from ragen_envs.grids.sokoban import parse_room
+from ragen_envs.grids.sokoban_solver import solve
 from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(address="local", num_cpus=2, include_dashboard=False)
 length = lambda obs: len(solve(parse_room(obs)))

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.dataset_qa import DatasetQAEnv
-from ragen_envs.qa_answers import answers_match, extract_final_answer, parse_number
-from ragen_envs.qa_data import load_qa_dataset
-from ragen_envs.word_problems import GENERATED_SIZE, generate_word_problems
+from ragen_envs.qa.dataset_qa import DatasetQAEnv
+from ragen_envs.qa.qa_answers import answers_match, extract_final_answer, parse_number
+from ragen_envs.qa.qa_data import load_qa_dataset
+from ragen_envs.qa.word_problems import GENERATED_SIZE, generate_word_problems
 
 
 def answer(body: str) -> str:

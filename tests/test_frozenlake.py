@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragen_envs.frozenlake import (
+from ragen_envs.grids.frozenlake import (
     MOVES,
     PERPENDICULAR,
     FrozenLakeEnv,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.game2048 import (
+from ragen_envs.grids.game2048 import (
     DIRECTIONS,
     Game2048Env,
     can_move,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragen_envs.parsing import ParserConfig, parse_answer
+from ragen_envs.core.parsing import ParserConfig, parse_answer
 
 NAMES = ("Up", "Down", "Left", "Right")
 

@@ -242,7 +242,7 @@ def test_neighbours_line_off_the_grid_speaks_the_envs_vocab():
         env = gym.make(
             "ragen/SimpleSokoban-v0", vocab=vocab, dim_room=(5, 5), neighbours=True
         ).unwrapped
-        sym = ragen_envs.sokoban.VOCABS[vocab]
+        sym = ragen_envs.grids.sokoban.VOCABS[vocab]
         # You in the top-left corner, a box to your right, its target below it.
         f, p, b, t = sym["floor"], sym["player"], sym["box"], sym["target"]
         room = "\n".join([f"{p}{b}{f * 3}", f"{f}{t}{f * 3}", *[f * 5] * 3])
@@ -257,7 +257,31 @@ def test_neighbours_line_off_the_grid_speaks_the_envs_vocab():
 def test_the_grid_line_examples_in_the_docstrings_hold():
     import doctest
 
-    import ragen_envs.base
+    import ragen_envs.core.base
 
-    result = doctest.testmod(ragen_envs.base)
+    result = doctest.testmod(ragen_envs.core.base)
     assert result.attempted >= 2 and result.failed == 0, result
+
+
+def test_the_flat_module_paths_of_earlier_releases_still_import():
+    """Envs live in family folders; every old flat path is the same module object."""
+    import importlib
+
+    from ragen_envs._old_paths import MOVED
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    from ragen_envs.remote import OpenEnvTextEnv  # the old client module's names
+    from ragen_envs.remote.client import OpenEnvTextEnv as same
+
+    assert OpenEnvTextEnv is same
+
+
+def test_python_dash_m_runs_the_old_and_the_new_module_paths():
+    import subprocess
+    import sys
+
+    for name in ("ragen_envs.serve", "ragen_envs.remote.serve", "ragen_envs.demo"):
+        out = subprocess.run([sys.executable, "-m", name, "--help"], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+        assert out.returncode == 0 and "usage:" in out.stdout, (name, out.stderr[-500:])

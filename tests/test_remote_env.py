@@ -1,4 +1,4 @@
-"""Remote envs over OpenEnv: ``python -m ragen_envs.serve`` as a real server process,
+"""Remote envs over OpenEnv: ``python -m ragen_envs.remote.serve`` as a real server process,
 played by the adapter (``env: openenv+http://...``) and by OpenEnv's own clients.
 
 Every test talks HTTP and WebSocket to a real uvicorn server on a free port; nothing
@@ -26,14 +26,14 @@ from conftest import run_script, tiny_config, tiny_dict
 pytest.importorskip("openenv")
 
 import ragen_envs  # noqa: E402, F401  (registers the ids)
-from ragen_envs.remote import (  # noqa: E402
+from ragen_envs.remote.client import (  # noqa: E402
     OpenEnvTextEnv,
     RemoteEnvError,
     base_url_of,
     check_server,
 )
-from ragen_envs.serve import jsonable  # noqa: E402
-from ragen_rllib.env_runner.prompts import render_turn, with_instructions  # noqa: E402
+from ragen_envs.remote.serve import jsonable  # noqa: E402
+from ragen_rllib.chat.prompts import render_turn, with_instructions  # noqa: E402
 
 USER_ENVS = Path(__file__).resolve().parent / "user_envs"
 SOKOBAN = "ragen/SimpleSokoban-v0"
@@ -102,7 +102,7 @@ class Server:
 
 def serve(tmp: Path, env_id: str, *args: str, port: int | None = None) -> Server:
     name = f"{env_id.replace('/', '_').replace(':', '_')}-{time.monotonic_ns()}.log"
-    return Server(["-m", "ragen_envs.serve", env_id, *args], tmp / name, port).start()
+    return Server(["-m", "ragen_envs.remote.serve", env_id, *args], tmp / name, port).start()
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_remote_episodes_equal_the_local_env(servers, env_id, env_config, ending
 def test_the_official_openenv_clients_play_the_server(servers):
     from openenv.core.generic_client import GenericEnvClient
 
-    from ragen_envs.openenv_protocol import AnswerAction, RagenEnvClient
+    from ragen_envs.remote.protocol import AnswerAction, RagenEnvClient
 
     server = servers(SOKOBAN, "--env-config", "{}")
     local = gym.make(SOKOBAN)

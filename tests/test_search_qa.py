@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.qa_answers import normalize_text
-from ragen_envs.search_index import get_index, import_bm25s, load_corpus, load_questions
-from ragen_envs.search_qa import SearchQAEnv, oracle_command
-from ragen_envs.search_world import generate_world
+from ragen_envs.qa.qa_answers import normalize_text
+from ragen_envs.qa.search_index import get_index, import_bm25s, load_corpus, load_questions
+from ragen_envs.qa.search_qa import SearchQAEnv, oracle_command
+from ragen_envs.qa.search_world import generate_world
 
 
 def answer(body: str) -> str:
@@ -330,7 +330,7 @@ def test_a_search_index_leaves_llvmlite_unloaded_for_vllm():
     with numba hidden. Run in a fresh process, in the vLLM test environment."""
     script = (
         "import sys\n"
-        "from ragen_envs.search_index import get_index, load_corpus\n"
+        "from ragen_envs.qa.search_index import get_index, load_corpus\n"
         "get_index(load_corpus(None))\n"
         "print(sorted(m for m in ('numba', 'llvmlite', 'bm25s') if m in sys.modules))\n"
     )

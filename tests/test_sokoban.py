@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragen_envs import sokoban_gen
-from ragen_envs.sokoban import VOCABS, SokobanEnv, parse_room, render_room
-from ragen_envs.sokoban_solver import SolverLimitError, solve
+from ragen_envs.grids import sokoban_gen
+from ragen_envs.grids.sokoban import VOCABS, SokobanEnv, parse_room, render_room
+from ragen_envs.grids.sokoban_solver import SolverLimitError, solve
 
 PRESETS = {
     "SimpleSokoban": {"dim_room": (6, 6), "num_boxes": 1},

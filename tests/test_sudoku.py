@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.sudoku import SudokuEnv
-from ragen_envs.sudoku_solver import count_solutions, generate_puzzle, geometry, solve
+from ragen_envs.puzzles.sudoku import SudokuEnv
+from ragen_envs.puzzles.sudoku_solver import count_solutions, generate_puzzle, geometry, solve
 
 
 def answer(*placements: str) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ragen_envs.remote import is_remote_id
+from ragen_envs.remote.client import is_remote_id
 
 #: suite -> entries (name, env id, env_config).
 BUILTIN_SUITES: dict[str, tuple[tuple[str, str, dict[str, Any]], ...]] = {

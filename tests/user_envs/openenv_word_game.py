@@ -17,7 +17,7 @@ import gymnasium as gym
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 
-from ragen_envs.remote import OpenEnvTextEnv
+from ragen_envs.remote.client import OpenEnvTextEnv
 
 WORDS = ("apple", "river", "stone", "cloud")
 

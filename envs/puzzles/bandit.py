@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import TextEnv
+from ..core.base import TextEnv
 
 LOW_RISK_PAYOUTS = ((0.1, 1.0),)
 HIGH_RISK_PAYOUTS = ((1.0, 0.25), (0.0, 0.75))

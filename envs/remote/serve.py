@@ -1,17 +1,17 @@
-"""Serve a text env as an OpenEnv server: ``python -m ragen_envs.serve ENV_ID``.
+"""Serve a text env as an OpenEnv server: ``python -m ragen_envs.remote.serve ENV_ID``.
 
 ::
 
-    python -m ragen_envs.serve ragen/SimpleSokoban-v0 --port 8000
-    python -m ragen_envs.serve ragen/SimpleSokoban-v0 --host 0.0.0.0 --port 8000 \\
+    python -m ragen_envs.remote.serve ragen/SimpleSokoban-v0 --port 8000
+    python -m ragen_envs.remote.serve ragen/SimpleSokoban-v0 --host 0.0.0.0 --port 8000 \\
         --env-config '{"dim_room": [7, 7], "instructions": "compact"}'
-    python -m ragen_envs.serve my_pkg.envs:MyGame-v0 --port 8001   # a user's env
+    python -m ragen_envs.remote.serve my_pkg.envs:MyGame-v0 --port 8001   # a user's env
 
 The server is OpenEnv's own (``openenv==0.10.0``: FastAPI under uvicorn) around
 :class:`TextEnvironment`, which wraps one gymnasium text env per session. A
 training run points at it with ``env: openenv+http://HOST:PORT``
-(:mod:`ragen_envs.remote`); any OpenEnv client can play it too
-(:class:`ragen_envs.openenv_protocol.RagenEnvClient`).
+(:mod:`ragen_envs.remote.client`); any OpenEnv client can play it too
+(:class:`ragen_envs.remote.protocol.RagenEnvClient`).
 
 Sessions: every WebSocket connection to ``/ws`` gets its own env instance, up
 to ``--max-sessions`` at once (a trainer holds one per trajectory slot of each
@@ -40,7 +40,7 @@ from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from .openenv_protocol import AnswerAction, TextEnvState, TextObservation
+from ragen_envs.remote.protocol import AnswerAction, TextEnvState, TextObservation
 
 #: Answers longer than this many characters are refused (a model's answer is at most
 #: max_new_tokens tokens; 64 Ki characters leaves room for any sane setting).
@@ -226,7 +226,7 @@ def build_app(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m ragen_envs.serve",
+        prog="python -m ragen_envs.remote.serve",
         description="Serve a text env over OpenEnv's protocol (HTTP + WebSocket sessions).",
     )
     parser.add_argument("env_id", help="a gymnasium id: ragen/SimpleSokoban-v0, pkg.mod:Env-v0")
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except Exception as err:  # noqa: BLE001 - say what failed, exit non-zero
         print(
-            f"ragen_envs.serve: cannot make {args.env_id!r} with {args.env_config!r}: "
+            f"ragen_envs.remote.serve: cannot make {args.env_id!r} with {args.env_config!r}: "
             f"{type(err).__name__}: {err}",
             file=sys.stderr,
         )

@@ -2,7 +2,7 @@
 
 Breadth-first search over (player cell, set of box cells) with forward moves
 and pushes, so the first solved state found gives a shortest action list. It
-reads only a :class:`ragen_envs.sokoban.SokobanState` (shape, walls, targets,
+reads only a :class:`ragen_envs.grids.sokoban.SokobanState` (shape, walls, targets,
 boxes, player) and shares no code with the room generator.
 
 Internally the grid gets an extra ring of wall so neighbour indices never

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import TextEnv, check_distance_shaping
+from ..core.base import TextEnv, check_distance_shaping
 from .sokoban_gen import DIRECTIONS, Cell, check_room_params, generate_room
 from .sokoban_solver import solve
 
@@ -295,7 +295,7 @@ class SokobanEnv(TextEnv):
         )
 
     def state(self) -> SokobanState:
-        """The current room, e.g. for :func:`ragen_envs.sokoban_solver.solve`."""
+        """The current room, e.g. for :func:`ragen_envs.grids.sokoban_solver.solve`."""
         return SokobanState(
             self.dim_room, self._walls, self._targets, frozenset(self._boxes), self.player
         )

@@ -9,7 +9,7 @@ Its keyword arguments come from ``env_config``::
     env: openenv+http://10.0.0.5:8000
     env_config: {timeout_s: 30, action_field: answer, observation_field: text}
 
-A ``python -m ragen_envs.serve`` server (:mod:`ragen_envs.serve`) needs no
+A ``python -m ragen_envs.remote.serve`` server (:mod:`ragen_envs.remote.serve`) needs no
 mapping: the answer travels as ``{"answer": text}`` and the observation brings
 the text, ``terminated``/``truncated``, the env's ``info`` and its
 ``instructions()``. A foreign OpenEnv env is mapped by ``action_field`` (the

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import TextEnv
+from ..core.base import TextEnv
 
 DIRECTIONS = ("Up", "Down", "Left", "Right")
 SPAWN_FOUR_PROBABILITY = 0.1

@@ -13,8 +13,8 @@ A room is drawn in stages, all from one ``numpy.random.Generator``:
    room stays solvable) so the player does not always start glued to the box
    it pulled last.
 
-Used by :class:`ragen_envs.sokoban.SokobanEnv`. The solver
-(:mod:`ragen_envs.sokoban_solver`) shares no code with this module, so the
+Used by :class:`ragen_envs.grids.sokoban.SokobanEnv`. The solver
+(:mod:`ragen_envs.grids.sokoban_solver`) shares no code with this module, so the
 tests that solve generated rooms check the generator independently.
 """
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .answer_env import AnswerEnv, AnswerResult, quote
+from ..core.answer_env import AnswerEnv, AnswerResult, quote
 from .countdown_expr import (
     MAX_EXPRESSION_LENGTH,
     ExpressionError,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .answer_env import AnswerEnv, AnswerResult, quote
+from ..core.answer_env import AnswerEnv, AnswerResult, quote
 from .sudoku_solver import conflicts, generate_puzzle
 
 SOLVED_REWARD = 1.0

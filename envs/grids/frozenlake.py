@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import TextEnv, check_distance_shaping
+from ..core.base import TextEnv, check_distance_shaping
 
 MOVES = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
 PERPENDICULAR = {

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .answer_env import OBS_CHARSET, AnswerEnv, AnswerResult, quote
+from ..core.answer_env import OBS_CHARSET, AnswerEnv, AnswerResult, quote
 from .qa_answers import normalize_text
 from .search_index import Corpus, SearchIndex, get_index, load_corpus, load_questions
 from .search_world import SearchQuestion

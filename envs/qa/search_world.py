@@ -208,24 +208,14 @@ def generate_world(seed: int = WORLD_SEED) -> tuple[list[Passage], list[SearchQu
         )
         for p in people
     ]
-    two_hop += [
-        ask(
-            "founder_birthplace",
-            f"In which city was the founder of {co} born?",
-            born_in[founder[co]],
-            [co, founder[co]],
-        )
-        for co in companies
-    ]
-    two_hop += [
-        ask(
-            "headquarters_country",
-            f"In which country is {co} headquartered?",
-            country_of[hq[co]],
-            [co, hq[co]],
-        )
-        for co in companies
-    ]
+    # Two hops through a company: (kind, question, answer, the passage between).
+    for kind, question, answer, via in (
+        ("founder_birthplace", "In which city was the founder of {} born?",
+         lambda co: born_in[founder[co]], founder),
+        ("headquarters_country", "In which country is {} headquartered?",
+         lambda co: country_of[hq[co]], hq),
+    ):  # fmt: skip
+        two_hop += [ask(kind, question.format(co), answer(co), [co, via[co]]) for co in companies]
     rng.shuffle(one_hop)
     rng.shuffle(two_hop)
     questions = one_hop[:QUESTIONS_PER_HOP_COUNT] + two_hop[:QUESTIONS_PER_HOP_COUNT]

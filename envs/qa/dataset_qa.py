@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .answer_env import OBS_CHARSET, AnswerEnv, AnswerResult, quote
+from ..core.answer_env import OBS_CHARSET, AnswerEnv, AnswerResult, quote
 from .qa_answers import answers_match, extract_final_answer
 from .qa_data import load_qa_dataset
 

@@ -1,8 +1,8 @@
 """The wire types of a ragen text env served over OpenEnv, and a typed OpenEnv client.
 
 Needs the ``openenv`` extra (``pip install 'ragen-rllib[openenv]'``, which pins
-``openenv==0.10.0``). :mod:`ragen_envs.serve` serves these types;
-:mod:`ragen_envs.remote` reads them as plain JSON, so a training process needs
+``openenv==0.10.0``). :mod:`ragen_envs.remote.serve` serves these types;
+:mod:`ragen_envs.remote.client` reads them as plain JSON, so a training process needs
 this module only through the OpenEnv client it uses.
 
 One turn on the wire (OpenEnv's WebSocket session at ``/ws``; the JSON shown is
@@ -61,7 +61,7 @@ class TextEnvState(State):
 
 
 class RagenEnvClient(EnvClient[AnswerAction, TextObservation, TextEnvState]):
-    """A typed OpenEnv client for a ``python -m ragen_envs.serve`` server::
+    """A typed OpenEnv client for a ``python -m ragen_envs.remote.serve`` server::
 
     with RagenEnvClient(base_url="http://127.0.0.1:8000").sync() as client:
         result = client.reset(seed=7)

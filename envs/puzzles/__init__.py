@@ -1,0 +1,2 @@
+"""Puzzles with one right answer: the bandit, Countdown (with its expression solver) and
+Sudoku (with its generator and solver)."""
