@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ragen_rllib.algorithms.starpo.config.knobs import STARPO_DEFAULTS
+from ragen_rllib.algorithms.starpo.config.yaml_front import KEY_LISTING_HEADER
 from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 
 
@@ -54,11 +55,11 @@ def test_unknown_key_is_rejected_with_the_known_ones():
 def test_unknown_key_error_is_the_hint_or_a_wrapped_listing():
     with pytest.raises(ValueError) as err:
         make(grup_size=4)
-    assert "StarPO keys" not in str(err.value)  # the close spelling is the answer
+    assert KEY_LISTING_HEADER not in str(err.value)  # the close spelling is the answer
     with pytest.raises(ValueError) as err:
         make(zzzqqq=1)
     lines = str(err.value).splitlines()
-    assert "zzzqqq" in lines[0] and len(lines) > 3
+    assert "zzzqqq" in lines[0] and lines[1] == KEY_LISTING_HEADER and len(lines) > 3
     assert all(len(line) <= 92 for line in lines[1:])
     listed = " ".join(lines[1:])
     assert "group_size" in listed and "lambda" in listed

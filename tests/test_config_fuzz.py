@@ -40,11 +40,13 @@ import yaml
 from ragen_rllib.algorithms.starpo.config.knob import RLLIB_OWN
 from ragen_rllib.algorithms.starpo.config.knobs import KNOBS
 from ragen_rllib.algorithms.starpo.config.rules import Rule
+from ragen_rllib.algorithms.starpo.config.yaml_front import KEY_LISTING_HEADER
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "tuned_examples").glob("*.yaml"))
 MUTATIONS = 200
 SECONDS_PER_MUTATION = 8.0  # generous for a slow CI machine; typical is well under 0.1 s
+
 
 # ----- the spec: read from the knobs' declarations --------------------------------
 #: key (as a YAML file writes it) -> its knob: default, rule, whether other keys may
@@ -356,7 +358,7 @@ def run_cli(path: Path, extra_args: list[str]) -> tuple[int, str, float]:
 
 
 def _names(message: str, names: list[str]) -> bool:
-    message = message.split("StarPO keys:")[0]  # not the list of every key
+    message = message.split(KEY_LISTING_HEADER)[0]  # not the list of every key
     return any(re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", message) for n in names)
 
 

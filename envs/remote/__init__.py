@@ -4,6 +4,7 @@ side's client (``client``, whose names this package also gives, as the flat
 ``ragen_envs.remote`` module of earlier releases did)."""
 
 from ragen_envs.remote.client import (
+    SCHEMES,
     OpenEnvTextEnv,
     RemoteEnvError,
     base_url_of,
@@ -11,4 +12,11 @@ from ragen_envs.remote.client import (
     is_remote_id,
 )
 
-__all__ = ["OpenEnvTextEnv", "RemoteEnvError", "base_url_of", "check_server", "is_remote_id"]
+__all__ = [
+    "SCHEMES",
+    "OpenEnvTextEnv",
+    "RemoteEnvError",
+    "base_url_of",
+    "check_server",
+    "is_remote_id",
+]

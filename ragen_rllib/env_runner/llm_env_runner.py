@@ -250,9 +250,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         and prompt style.
         """
         cfg = self.config
+        start = time.perf_counter()  # the envs' making counts (a remote one connects)
         entries = [env or entry_of_group(self._mix, g) for g in groups]
         envs = self._make_envs(entries)
-        start = time.perf_counter()
         options = {} if reset_options is None else {"options": reset_options}  # curriculum
         # The N trajectories of a group start from one state, so from one first prompt:
         # each distinct first prompt is encoded once per call (encoding every copy was
@@ -292,7 +292,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             ]  # fmt: skip
         self.engine.clear_cache()
         if log_metrics:
-            self._log_rollout(time.perf_counter() - start, generated, reused_before)
+            self._log_sampling(time.perf_counter() - start, generated, reused_before)
         return [r.traj for r in rollouts]
 
     def _begin(self, roll: Rollout, options: dict, first_ids: dict, max_new_tokens: int) -> None:
@@ -356,7 +356,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         context.advance()
         return True
 
-    def _log_rollout(self, elapsed: float, generated: int, reused_before: int) -> None:
+    def _log_sampling(self, elapsed: float, generated: int, reused_before: int) -> None:
         self.metrics.log_value("rollout_time_s", elapsed, window=1)
         self.metrics.log_value("generated_tokens", generated, window=1)
         self.metrics.log_value("generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1)

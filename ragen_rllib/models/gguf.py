@@ -185,6 +185,7 @@ def convert_gguf(path: str, cache_dir: str) -> str:
     plain.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=eos, pad_token_id=pad
     )
+
     def fill(tmp: str) -> dict:
         with no_progress_bars():
             plain.save_pretrained(tmp)

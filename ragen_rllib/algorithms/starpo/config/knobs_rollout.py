@@ -210,7 +210,7 @@ PROMPT = knobs(
             "must be null or a mapping of prompt parts, e.g. {system: 'You play a game.'}",
         ),
         "the wording part by part over the preset: system, turn, reward, budget, "
-        "format_hint, separator, prefill (README, Prompts)",
+        "format_hint, separator, prefill (docs/training.md, Prompts)",
         cross=True,
     ),
     K(

@@ -15,6 +15,9 @@ from typing import Any
 from ragen_rllib.algorithms.starpo.config.knobs import KNOBS, RENAMED, key_listing, rllib_settings
 from ragen_rllib.algorithms.starpo.config.rules import is_int
 
+#: The line before the listing of every key in an unknown-key error.
+KEY_LISTING_HEADER = "The keys, by group (rllib keys prints each with its default and rule):"
+
 
 def config_from_user_dict(config_cls, config: dict[str, Any]):
     """A ``config_cls`` instance from a flat dict (YAML ``config:`` section).
@@ -58,9 +61,9 @@ def config_from_user_dict(config_cls, config: dict[str, Any]):
                 f"config key(s) {sorted(unused)} are RLlib AlgorithmConfig settings that "
                 "StarPO does not take from an experiment file"
             )
-        # A close spelling is the whole answer; without one, the keys that exist (by
-        # group, one per line, as docs/training.md's table lists them with their rules).
-        listing = "" if hints else "\n" + key_listing()
+        # A close spelling is the whole answer; without one, the keys that exist, by
+        # group (docs/config.md has each with its default and rule).
+        listing = "" if hints else f"\n{KEY_LISTING_HEADER}\n" + key_listing()
         raise ValueError(
             "; ".join(parts) + (f" ({'; '.join(hints)})" if hints else "") + "." + listing
         )
