@@ -24,6 +24,7 @@ from ragen_rllib.distributed import cluster
 SCRIPT = r"""
 import hashlib, json, os, time, ray
 from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ragen_rllib.algorithms.starpo.starpo import StarPO, StarPOConfig
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 
@@ -81,14 +82,24 @@ common = {"object_store_memory": 100 * 1024**2, "temp_dir": TEMP}
 cluster = Cluster(initialize_head=True, head_node_args={
     **common, "num_cpus": 1, "resources": {"learner": 1}, "include_dashboard": False,
     "_system_config": system})
-# One runner fits on the small node, two on the big one: the second runner goes to the
-# node the first left empty, and the big node can take the small one's runner when the
-# small one dies.
+# One runner fits on the small node, two on the big one, so the big node can take the
+# small one's runner when the small one dies. Until then a placeholder holds one of
+# the big node's two runner seats: the two runners, asked for at once, cannot both
+# land there (the scheduler may decide both before it counts the first; seen once).
 small = cluster.add_node(**common, num_cpus=1, resources={"rollout": 1})
 big = cluster.add_node(**common, num_cpus=2, resources={"rollout": 2})
 cluster.wait_for_nodes()
 ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
 head_id, small_id, big_id = cluster.head_node.node_id, small.node_id, big.node_id
+
+@ray.remote(num_cpus=1, resources={"rollout": 1})
+class Seat:
+    def ready(self):
+        return True
+
+seat = Seat.options(
+    scheduling_strategy=NodeAffinitySchedulingStrategy(big_id, soft=False)).remote()
+ray.get(seat.ready.remote())
 out["nodes"] = {"head": head_id, "small": small_id, "big": big_id}
 out["driver_node"] = ray.get_runtime_context().get_node_id()
 out["rollout_resource"] = {
@@ -108,6 +119,10 @@ try:
     out["learner"] = {"version": algo._policy_version, "weights": learner_fingerprint(algo)}
     phase("train before the loss")
 
+    # The big node's second seat is free again, for the small node's runner.
+    ray.kill(seat)
+    while ray.available_resources().get("rollout", 0) < 1 and time.time() < start + 600:
+        time.sleep(0.1)
     # Kill the small node: its raylet and workers, SIGKILL, no goodbye.
     cluster.remove_node(small, allow_graceful=False)
     kill = time.time()
