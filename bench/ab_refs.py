@@ -2,6 +2,7 @@
 print their figures side by side.
 
     python bench/ab_refs.py --before d3922f9 --rounds 2 -- bench/bench_learner.py --repeats 3
+    python bench/ab_refs.py --before d3922f9 --patch fix.diff -- bench/bench_rollout.py
 
 Each round runs the benchmark once in the earlier commit's tree (a temporary git
 worktree) and once here, alternating, so slow drift of the machine's load falls on
@@ -69,6 +70,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="the earlier commit (any git ref)")
     parser.add_argument("--rounds", type=int, default=2, help="runs per side, interleaved")
+    parser.add_argument(
+        "--patch",
+        help="a diff applied to the earlier tree first (git apply), e.g. a fix of the "
+        "benchmark script itself that came after that commit",
+    )
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- bench/script.py [args]")
     args = parser.parse_args()
     bench = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
@@ -79,6 +85,9 @@ def main() -> int:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
                         str(before), args.before], check=True)  # fmt: skip
         try:
+            if args.patch:
+                subprocess.run(["git", "-C", str(before), "apply", os.path.abspath(args.patch)],
+                               check=True)  # fmt: skip
             sides = {
                 "before": (before, import_paths(before, Path(tmp) / "paths_before")),
                 "after": (ROOT, import_paths(ROOT, Path(tmp) / "paths_after")),
@@ -99,9 +108,10 @@ def main() -> int:
     for key in keys:
         b = statistics.median(r[key] for r in runs["before"])
         a = statistics.median(r[key] for r in runs["after"])
-        ratio = a / b if b else float("nan")
+        ratio = a / b if b else None
         figures[key] = {"before": b, "after": a, "ratio": ratio}
-        print(f"{key:<{width}}  {b:>12.4g}  {a:>12.4g}  {ratio:>12.3f}")
+        shown = f"{ratio:>12.3f}" if ratio is not None else f"{'-':>12}"
+        print(f"{key:<{width}}  {b:>12.4g}  {a:>12.4g}  {shown}")
     print(json.dumps({"before": args.before, "rounds": args.rounds, "figures": figures}))
     return 0
 

@@ -46,11 +46,11 @@ def naive_episode(runner, seed: int, params, sample_seed: int) -> NaiveEpisode:
     import torch
 
     from ragen_rllib.chat.prompts import render_turn, with_instructions
-    from ragen_rllib.env_runner.env_loading import actions_left_of
+    from ragen_rllib.env_runner.env_loading import actions_left_of, make_env
 
     cfg, chat, tok = runner.config, runner.chat, runner.tokenizer
     model = runner.engine.model
-    env = runner._env_pool(1)[0]
+    env = make_env(cfg)
     obs, info = env.reset(seed=seed)
     first = with_instructions(
         env.unwrapped, render_turn(1, obs, actions_left_of(info), None, cfg.prompt_style),
