@@ -110,8 +110,6 @@ def check_values(config) -> None:
         value = getattr(config, key)
         if not rule.ok(value):
             raise bad(key, rule.allowed + number_hint(value))
-    if not isinstance(config.llm, str) or not config.llm.strip():
-        raise bad("llm", RULES["llm"].allowed)
     for entry in mix_entries(config):
         fmt = format_of(entry, config)  # the run's and each entry's `prompt`: names it
         if config.format_warmup_steps and not "<think>".startswith(fmt.prefill):

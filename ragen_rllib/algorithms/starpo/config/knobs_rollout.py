@@ -23,7 +23,8 @@ MODEL = knobs(
     K(
         "llm",
         "builtin",
-        checked_elsewhere(
+        custom(  # a string here; whether it loads is check_model's (config/checks.py)
+            lambda v: isinstance(v, str) and bool(v.strip()),
             "must be 'builtin', 'builtin-raw', a named model such as 'smollm2-135m-instruct', "
             "a .gguf file, a local model directory or a Hugging Face hub id such as "
             "'Qwen/Qwen2.5-0.5B-Instruct' (a string)"
