@@ -222,12 +222,17 @@ def test_every_ablation_sweep_checks_every_grid_point(path):
 
 
 def test_the_ablation_files_cover_the_papers_sweeps_on_gpu_and_cpu():
+    """The paper's sweeps on both, and the off-policy choices (the loss menu, the
+    rollout correction, dynamic sampling) on CPU."""
     names = {(p.parent.name, p.stem) for p in ABLATIONS}
     sweeps = {
         "filter_ratio", "kl", "clip_higher", "online_k", "actions_per_turn",
         "prompts_vs_responses", "estimators",
     }  # fmt: skip
-    assert names == {(device, s) for device in ("cpu", "gpu") for s in sweeps}
+    off_policy = {"policy_loss", "rollout_correction", "dynamic_sampling"}
+    assert names == {(device, s) for device in ("cpu", "gpu") for s in sweeps} | {
+        ("cpu", s) for s in off_policy
+    }
 
 
 # ----- value types: every key is type-checked -------------------------------------

@@ -85,6 +85,8 @@ def config(**over):
         kl_estimator="k3",
         vf_clip=0.5,
         vf_loss_coeff=0.7,
+        policy_loss="ppo",
+        rollout_correction="none",
     )
     return SimpleNamespace(**{**base, **over})
 

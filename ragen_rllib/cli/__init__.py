@@ -147,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="trajectories per trial in the browser, spread over the dumps (default 5000)",
     )
     sub.add_parser(
-        "keys", help="every config key with its default, what it does and what it may be "
-        "(markdown; docs/config.md)"
+        "keys",
+        help="every config key with its default, what it does and what it may be "
+        "(markdown; docs/config.md)",
     )
     return parser
 

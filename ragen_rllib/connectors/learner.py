@@ -6,12 +6,18 @@ batch (RLlib's ``episodes`` argument: here always
 
 1. :class:`TrajectoriesToBatch` right-pads every training sequence into [R, T]
    rows and lays out each trajectory's response stream;
-2. :class:`ComputeAdvantages` gives every generated token its advantage: by the
+2. :class:`RecomputeLogProbs` scores the batch with the learner's weights before
+   any optimizer step (the proximal log-probs, for ``rollout_correction``) and logs
+   how far they are from the engine's (``log_rollout_mismatch``);
+3. :class:`ComputeAdvantages` gives every generated token its advantage: by the
    estimator's registry row with the critic's values (GAE, bi-level GAE), or, for
    the critic-free estimators, from the per-turn advantages the sample-batch
    stage computed on whole groups (:mod:`ragen_rllib.maths.estimators` says why
    two stages);
-3. :class:`ToTensors` moves the columns onto the learner's device.
+4. with ``overlong: mask``, the answers cut by ``max_new_tokens`` leave the
+   loss (their response mask becomes 0 after the advantages are computed, so the
+   estimators still see every turn);
+5. :class:`ToTensors` moves the columns onto the learner's device.
 """
 
 from __future__ import annotations
@@ -24,9 +30,15 @@ from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 
-from ragen_rllib.distributed.collectives import agreed_count, is_sharded, summed_over_learners
+from ragen_rllib.distributed.collectives import (
+    agreed_count,
+    is_sharded,
+    maximum_over_learners,
+    summed_over_learners,
+)
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths import advantages as adv
+from ragen_rllib.maths import off_policy
 from ragen_rllib.maths.batching import fill_plan, from_stream, microbatch_rows, take_rows, to_stream
 from ragen_rllib.maths.estimators import ESTIMATORS, StreamBatch
 
@@ -45,10 +57,14 @@ class TrajectoriesToBatch(ConnectorV2):
     """Right-pad every training sequence (segment) of the trajectories into [R, T] rows.
 
     Row columns: ``input_ids``, ``attention_mask``, ``response_mask`` (1 on generated
-    tokens), ``behaviour_logp`` and ``row_trajectory`` (the row's trajectory, so that
-    the minibatches keep a trajectory's rows together). Per-trajectory columns for the
-    advantage estimators: ``stream_index``  # [B, L], the flat [R * T] position of each of
-    the trajectory's generated tokens in order (its "response stream", -1 as padding),
+    tokens), ``behaviour_logp``, ``row_trajectory`` (the row's trajectory, so that
+    the minibatches keep a trajectory's rows together), ``token_lag`` (policy
+    versions between each token's sampling weights and the learner's; read and
+    removed by :class:`RecomputeLogProbs`) and ``cut_mask`` (1 on the tokens of
+    answers cut by ``max_new_tokens``; removed by :class:`MaskOverlong`).
+    Per-trajectory columns for the advantage estimators: ``stream_index``  # [B, L],
+    the flat [R * T] position of each of the trajectory's generated tokens in order
+    (its "response stream", -1 as padding),
     ``stream_turn``  # [B, L], the turn of each stream token (-1 as padding),
     ``turn_end_index``  # [B, K], each turn's last token in that stream (-1: none),
     ``turn_rewards`` and ``turn_advantages``  # [B, K] (the latter from the sample stage).
@@ -67,6 +83,8 @@ class TrajectoriesToBatch(ConnectorV2):
             "response_mask": np.zeros((rows, width), np.float32),
             "behaviour_logp": np.zeros((rows, width), np.float32),
             "row_trajectory": np.array([b for b, _ in segments], np.int64),
+            "token_lag": np.zeros((rows, width), np.int64),
+            "cut_mask": np.zeros((rows, width), np.float32),
             "stream_index": np.full((n, stream), -1, np.int64),
             "turn_end_index": np.full((n, turns), -1, np.int64),
             "stream_turn": np.full((n, stream), -1, np.int64),
@@ -79,10 +97,16 @@ class TrajectoriesToBatch(ConnectorV2):
             cols["attention_mask"][r, :length] = 1
             cols["response_mask"][r, :length] = seg.response_mask
             cols["behaviour_logp"][r, :length] = seg.behaviour_logp
+            if seg.versions:  # the learner's version minus each token's (context: unused)
+                traj = trajectories[segments[r][0]]
+                learner_version = traj.policy_version + traj.policy_lag
+                cols["token_lag"][r, :length] = learner_version - np.asarray(seg.versions)
         first_row = 0
         for b, t in enumerate(trajectories):
             pos = 0
             for k, (seg, start, end) in enumerate(t.turn_spans):
+                if k < len(t.turn_cut) and t.turn_cut[k]:
+                    cols["cut_mask"][first_row + seg, start:end] = 1
                 flat = (first_row + seg) * width  # the row's first token, flattened
                 span = np.arange(flat + start, flat + end)
                 cols["stream_index"][b, pos : pos + len(span)] = span
@@ -150,6 +174,67 @@ class ComputeAdvantages(ConnectorV2):
         return batch
 
 
+class RecomputeLogProbs(ConnectorV2):
+    """The learner's log-probs of the sampled tokens, before the update's first step.
+
+    With ``rollout_correction`` they are the proximal log-probs the loss clips
+    against (column ``proximal_logp``); with ``log_rollout_mismatch`` the gap to the
+    engine's behaviour log-probs is logged (:mod:`ragen_rllib.maths.off_policy`),
+    reduced over all learners: ``rollout_mismatch_kl`` and ``_max_abs`` on the
+    tokens sampled with the learner's own weights (lag 0), ``off_policy_kl`` on
+    all, and the tokens' policy lag. Neither: nothing runs."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.keep = config.rollout_correction != "none"
+        self.log = config.log_rollout_mismatch
+        self.max_tokens = config.max_tokens_per_microbatch
+
+    def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
+        cols = batch[DEFAULT_MODULE_ID]
+        token_lag = cols.pop("token_lag")
+        log = self.log and metrics is not None
+        if not (self.keep or log):
+            return batch
+        module = rl_module[DEFAULT_MODULE_ID] if DEFAULT_MODULE_ID in rl_module else rl_module
+        module = module.unwrapped() if hasattr(module, "unwrapped") else module
+        device = next(module.parameters()).device
+        logp = learner_logprobs(module, cols, device, self.max_tokens)  # [R, T]
+        if self.keep:
+            cols["proximal_logp"] = logp.numpy()
+        if log:
+            sums = off_policy.mismatch_sums(
+                logp,
+                torch.from_numpy(cols["behaviour_logp"]),
+                torch.from_numpy(cols["response_mask"]),
+                torch.from_numpy(token_lag),
+            )
+            for key, value in sums.items():
+                reduce = maximum_over_learners if key in off_policy.MAXIMA else summed_over_learners
+                sums[key] = reduce(value.reshape(1).double(), device)[0]
+            for key, value in off_policy.mismatch_stats(sums).items():
+                metrics.log_value((DEFAULT_MODULE_ID, key), value, window=1)
+        return batch
+
+
+def learner_logprobs(module, cols: dict[str, Any], device, max_tokens) -> torch.Tensor:
+    """The actor's log-probs of a [R, T] batch's response tokens, without gradients, in
+    micro-batches of at most ``max_tokens`` padded tokens  # -> [R, T] fp32 on the CPU."""
+    names = ("input_ids", "attention_mask", "response_mask")
+    full = {k: torch.from_numpy(cols[k]) for k in names}
+    out = torch.zeros(full["input_ids"].shape, dtype=torch.float32)
+    plan = microbatch_rows(full["attention_mask"].sum(1).tolist(), max_tokens)
+    if any(is_sharded(p) for p in module.parameters()):
+        plan = fill_plan(plan, agreed_count(len(plan), device))  # FSDP: passes in step
+    with torch.no_grad():
+        for rows in plan:
+            part = take_rows(full, rows or [0])
+            logp = module.score({k: v.to(device) for k, v in part.items()})["logp"]
+            if rows:
+                out[torch.as_tensor(rows), : logp.shape[1]] = logp.float().cpu()
+    return out
+
+
 def critic_values(module, input_ids, attention_mask, device, max_tokens) -> torch.Tensor:
     """The critic's values for a [R, T] batch, in micro-batches of at most
     ``max_tokens`` padded tokens (None: one pass)  # -> [R, T] fp32 on the CPU."""
@@ -169,6 +254,24 @@ def critic_values(module, input_ids, attention_mask, device, max_tokens) -> torc
     return out
 
 
+class MaskOverlong(ConnectorV2):
+    """``overlong: mask``: the answers cut by ``max_new_tokens`` leave the loss. Runs
+    after the advantages, so the estimators and the critic's targets still see
+    every turn; only the loss (and its token counts) skip the cut answers. Without
+    it the ``cut_mask`` column is just removed."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.active = config.overlong == "mask"
+
+    def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
+        cols = batch[DEFAULT_MODULE_ID]
+        cut = cols.pop("cut_mask")
+        if self.active:
+            cols["response_mask"] = cols["response_mask"] * (1.0 - cut)
+        return batch
+
+
 class ToTensors(ConnectorV2):
     """Last piece: numpy columns to torch tensors on the learner's device."""
 
@@ -183,5 +286,11 @@ class ToTensors(ConnectorV2):
 
 
 def build_learner_pipeline(config, device=None) -> ConnectorPipelineV2:
-    pieces = [TrajectoriesToBatch(), ComputeAdvantages(config), ToTensors(device)]
+    pieces = [
+        TrajectoriesToBatch(),
+        RecomputeLogProbs(config),
+        ComputeAdvantages(config),
+        MaskOverlong(config),
+        ToTensors(device),
+    ]
     return ConnectorPipelineV2(connectors=pieces)

@@ -6,9 +6,11 @@ rollouts is still whole:
 
 1. :class:`DropEnvErrorGroups`: the groups of trajectories whose env raised leave
    the update (or the run stops, past ``max_env_error_share``);
-2. :class:`RolloutFilter`: StarPO-S / RAGEN-2 rollout filtering by in-group reward
+2. :class:`OverlongPenalty` (``overlong: penalty``): DAPO's soft penalty on
+   answers that come within ``overlong_buffer`` tokens of ``max_new_tokens``;
+3. :class:`RolloutFilter`: StarPO-S / RAGEN-2 rollout filtering by in-group reward
    spread;
-3. :class:`GroupAdvantages`: the critic-free estimators' advantages, one per turn
+4. :class:`GroupAdvantages`: the critic-free estimators' advantages, one per turn
    (estimators with a critic get theirs in :mod:`ragen_rllib.connectors.learner`,
    where the critic is; :mod:`ragen_rllib.maths.estimators` says why two stages).
 """
@@ -62,6 +64,39 @@ class DropEnvErrorGroups(ConnectorV2):
                 f"{first.env_id!r}, seed {first.seed}: {first.error}"
             )
         trajectories[:] = [t for t in trajectories if t.group not in bad_groups]
+        return batch
+
+
+class OverlongPenalty(ConnectorV2):
+    """DAPO's soft overlong penalty, added to each turn's reward: 0 for an answer of
+    at most ``limit - buffer`` tokens, then falling linearly to ``-penalty`` at
+    ``limit`` (``max_new_tokens``), the answers cut there included. It runs before
+    the filter and the advantages, which see the penalised rewards; the rollout
+    metrics (logged before this stage) keep the env's own."""
+
+    def __init__(self, limit: int, buffer: int, penalty: float, **kwargs):
+        super().__init__(**kwargs)
+        self.limit, self.buffer, self.penalty = limit, buffer, penalty
+
+    def turn_penalty(self, tokens: int) -> float:
+        over = tokens - (self.limit - self.buffer)
+        return -self.penalty * min(over, self.buffer) / self.buffer if over > 0 else 0.0
+
+    def __call__(self, *, rl_module, batch, episodes: list[Trajectory], metrics=None, **kwargs):
+        penalised, total = 0, 0.0
+        for t in episodes:
+            for k, (_, start, end) in enumerate(t.turn_spans[: t.num_turns]):
+                value = self.turn_penalty(end - start)
+                if value:
+                    t.turn_rewards[k] += value
+                    penalised, total = penalised + 1, total + value
+        if metrics is not None:
+            turns = max(1, sum(t.num_turns for t in episodes))
+            metrics.log_dict(
+                {"penalised_turn_share": penalised / turns, "penalty_mean": total / turns},
+                key="overlong",
+                window=1,
+            )
         return batch
 
 
@@ -167,6 +202,12 @@ class GroupAdvantages(ConnectorV2):
 def build_sample_pipeline(config) -> ConnectorPipelineV2:
     pieces: list[ConnectorV2] = [
         DropEnvErrorGroups(config.max_env_error_share),
+    ]
+    if config.overlong == "penalty":
+        pieces.append(
+            OverlongPenalty(config.max_new_tokens, config.overlong_buffer, config.overlong_penalty)
+        )
+    pieces += [
         RolloutFilter(
             config.filter_strategy,
             config.filter_value_used,

@@ -57,3 +57,10 @@ def summed_over_learners(tensor: torch.Tensor, device: torch.device | str = "cpu
     import torch.distributed as dist
 
     return _reduced(tensor, device, dist.ReduceOp.SUM)
+
+
+def maximum_over_learners(tensor: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``tensor``'s elementwise maximum over all learners."""
+    import torch.distributed as dist
+
+    return _reduced(tensor, device, dist.ReduceOp.MAX)

@@ -328,7 +328,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         """Hand one answer to the env and record the turn; whether the rollout goes on."""
         traj, context = roll.traj, roll.context
         context.answer_begins()
-        traj.append_generation(gen.ids, gen.behaviour_logp)
+        version, cut = self.engine.policy_version, not gen.ended_with_eos
+        traj.append_generation(gen.ids, gen.behaviour_logp, version, cut)
         text = roll.chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
         traj.answers.append(text)
         try:

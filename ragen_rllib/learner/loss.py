@@ -1,8 +1,11 @@
 """StarPO's loss for one micro-batch: its share of the minibatch's loss on all learners.
 
-The loss of a minibatch is the clipped policy surrogate (asymmetric clip, dual
-clip; ``loss_agg``), minus ``entropy_coeff`` times the token-mean entropy, plus
-``kl_coeff`` times the token-mean KL to the reference model, plus
+The loss of a minibatch is the policy loss (``policy_loss``: PPO's clipped
+surrogate with asymmetric and dual clip, GSPO or CISPO; ``loss_agg``; with
+``rollout_correction``, its ratio taken against the proximal log-probs and each
+token weighted by the truncated or masked importance weight of
+:mod:`ragen_rllib.maths.off_policy`), minus ``entropy_coeff`` times the
+token-mean entropy, plus ``kl_coeff`` times the token-mean KL to the reference model, plus
 ``vf_loss_coeff`` times the clipped value loss (with a critic).
 
 A minibatch may be split into micro-batches (memory) and between learners
@@ -24,10 +27,11 @@ import torch
 
 from ragen_rllib.distributed.collectives import learner_count, summed_over_learners
 from ragen_rllib.learner.loss_terms import aggregate_loss, kl_penalty, policy_loss, value_loss
+from ragen_rllib.maths.off_policy import correction_weights
 
 #: Logged terms that are a micro-batch's share of the minibatch's value: summed over
 #: micro-batches, and over learners (see :func:`starpo_loss`). Maxima are maxima.
-MAXIMA = ("ratio_max",)
+MAXIMA = ("ratio_max", "is_weight_max")
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,10 @@ def starpo_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """(the loss to back-propagate, this micro-batch's logged terms).
 
-    ``batch``: ``response_mask``, ``behaviour_logp``, ``advantages`` and, with a
-    critic, ``old_values`` and ``value_targets``  # [B, T]. ``fwd_out``: ``logp``,
-    ``entropy`` and, with a critic, ``values``  # [B, T]. ``reference_logp``: the
+    ``batch``: ``response_mask``, ``behaviour_logp``, ``advantages``, with
+    ``rollout_correction`` ``proximal_logp`` and, with a critic, ``old_values`` and
+    ``value_targets``  # [B, T]. ``fwd_out``: ``logp``, ``entropy`` and, with a
+    critic, ``values``  # [B, T]. ``reference_logp``: the
     reference model's log-probs of the batch, called only when ``kl_coeff > 0``.
 
     Every logged term but the maxima is this micro-batch's share of the
@@ -76,18 +81,38 @@ def starpo_loss(
     tokens = denoms.tokens
     seq_agg = config.loss_agg_used != "token-mean"
     logp_new = fwd_out["logp"]  # [B, T]
+    old_logp, weights, correction = batch["behaviour_logp"], None, {}
+    if config.rollout_correction != "none":  # decoupled PPO: clip against the proximal
+        old_logp = batch["proximal_logp"]
+        weights, correction = correction_weights(
+            batch["proximal_logp"],
+            batch["behaviour_logp"],
+            mask,
+            mode=config.rollout_correction,
+            level=config.rollout_correction_level,
+            cap=config.rollout_correction_cap,
+        )
+    clip_low, clip_high, cap = config.clip_low, config.clip_high, {}
+    if config.policy_loss == "gspo":
+        clip_low, clip_high = config.gspo_clip_low, config.gspo_clip_high
+    elif config.policy_loss == "cispo":
+        cap = {"cispo_cap": config.cispo_weight_cap}
     pg_loss, stats = policy_loss(
         logp_new,
-        batch["behaviour_logp"],
+        old_logp,
         batch["advantages"],
         mask,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
+        kind=config.policy_loss,
+        clip_low=clip_low,
+        clip_high=clip_high,
         dual_clip=config.dual_clip,
         agg=config.loss_agg_used,
         denom=denoms.sequences if seq_agg else tokens,
         norm_tokens=config.loss_norm_tokens,
+        weights=weights,
+        **cap,
     )
+    stats.update(correction)
     entropy = aggregate_loss(fwd_out["entropy"], mask, "token-mean", denom=tokens)
     total = pg_loss - config.entropy_coeff * entropy
     micro_tokens = mask.sum()

@@ -77,57 +77,91 @@ def aggregate_loss(
     return total / n.to(x.dtype).clamp_min(1)
 
 
+POLICY_LOSSES = ("ppo", "gspo", "cispo")
+
+
 def policy_loss(
     logp_new: torch.Tensor,
-    behaviour_logp: torch.Tensor,
+    old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
+    kind: str = "ppo",
     clip_low: float = 0.2,
     clip_high: float = 0.28,
     dual_clip: float | None = 3.0,
     agg: str = "token-mean",
     denom: float | torch.Tensor | None = None,
     norm_tokens: int | None = None,
+    weights: torch.Tensor | None = None,
+    cispo_cap: float = 5.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO clipped surrogate with asymmetric clip and dual clip  # -> (loss, stats).
+    """The policy-gradient loss of one micro-batch  # -> (loss, stats).
 
-    Per token, with r = exp(clamp(logp_new - behaviour_logp, -20, 20)):
-        l = max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))
-        if A < 0 and dual_clip = c:  l = min(l, -A * c)       (loss capped at c * |A|)
-    The dual clip stops a token whose ratio exploded from dominating the batch
-    when its advantage is negative. ``c`` must be > 1.
+    ``old_logp`` is what the ratio is taken against: the behaviour log-probs, or the
+    proximal ones under rollout correction. ``weights`` (no gradient; default 1) is
+    the rollout correction's importance weight per token, which multiplies each
+    token's loss. ``kind``, with r = exp(clamp(logp_new - old_logp, -20, 20)) per token:
 
-    Stats (detached scalars, over masked tokens):
-    ``clip_frac`` where the clipped term was selected (gradient cut), split into
-    ``clip_frac_high`` (A > 0, r > 1 + clip_high) and ``clip_frac_low`` (A < 0,
-    r < 1 - clip_low); ``dual_clip_frac`` where the dual-clip cap was selected;
-    ``approx_kl`` the k3 estimator of KL(pi_old || pi_new) on the rollout's
-    samples, mean of (r - 1) - log r (unbiased and >= 0); ``ratio_mean``, ``ratio_max``.
+    * ``ppo``: l = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)); with
+      ``dual_clip`` c and A < 0, l = min(l, -A c) (loss capped at c |A|, so a token
+      whose ratio exploded cannot dominate the batch; c must be > 1).
+    * ``gspo``: the same with the row's sequence ratio s = exp(mean of the row's
+      token log-ratios) in place of r. Each token carries s's value and the
+      gradient s * grad log pi(token) (the token form of GSPO), so per-token
+      advantages (per turn, GAE) and every ``loss_agg`` compose with it; with one
+      advantage per row and ``seq-mean-token-mean`` it is GSPO's sequence loss
+      exactly. The clip range is GSPO's own, far narrower (``clip_low``/``clip_high``
+      are passed GSPO's values). A row is a training sequence: the whole
+      trajectory with the whole history in context, one turn under a window.
+    * ``cispo``: l = -sg(min(r, cispo_cap)) A log pi: the importance weight is
+      capped, not the update, so every token keeps a gradient; ``clip_low``,
+      ``clip_high`` and the dual clip do not apply (the weight is bounded already).
+
+    Stats (detached scalars, over masked tokens): ``clip_frac`` where the clip
+    acted on the gradient (ppo/gspo: the clipped term was selected; cispo: the
+    weight was capped), split into ``clip_frac_high`` (A > 0) and
+    ``clip_frac_low`` (A < 0); ``dual_clip_frac``; ``approx_kl``, the k3 estimate of
+    KL(pi_old || pi_new), mean of (r - 1) - log r; ``ratio_mean``, ``ratio_max``
+    (the token ratios r in every kind).
     """
+    if kind not in POLICY_LOSSES:
+        raise ValueError(f"kind must be one of {POLICY_LOSSES}, got {kind!r}")
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"dual_clip must be None or > 1, got {dual_clip}")
     m = mask.bool()
     zeros = torch.zeros_like(logp_new)
     # 0 off-mask, so the gradient there is exactly 0; clamped, so exp() stays finite.
-    log_ratio = torch.where(m, logp_new - behaviour_logp.to(logp_new.dtype), zeros)  # [B, T]
+    log_ratio = torch.where(m, logp_new - old_logp.to(logp_new.dtype), zeros)  # [B, T]
     log_ratio = log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     ratio = log_ratio.exp()  # [B, T]
     adv = torch.where(m, advantages.to(logp_new.dtype), zeros)  # [B, T]
-
-    pg_unclipped = -adv * ratio
-    pg_clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    pg = torch.maximum(pg_unclipped, pg_clipped)  # [B, T]
     dual_active = torch.zeros_like(m)
-    if dual_clip is not None:
-        cap = -adv * dual_clip
-        dual_active = m & (adv < 0) & (cap < pg)
-        pg = torch.where(adv < 0, torch.minimum(pg, cap), pg)
+    if kind == "cispo":
+        capped = ratio.detach().clamp(max=cispo_cap)
+        pg = -capped * adv * torch.where(m, logp_new, zeros)
+        clipped = m & (ratio.detach() > cispo_cap)
+    else:
+        if kind == "gspo":
+            tokens = m.sum(dim=1, keepdim=True).clamp_min(1).to(log_ratio.dtype)
+            seq = (log_ratio.sum(dim=1, keepdim=True) / tokens).detach()  # [B, 1]
+            surrogate = torch.exp(seq + log_ratio - log_ratio.detach())  # value s, grad s dlogp
+        else:
+            surrogate = ratio
+        pg_unclipped = -adv * surrogate
+        pg_clipped = -adv * surrogate.clamp(1.0 - clip_low, 1.0 + clip_high)
+        pg = torch.maximum(pg_unclipped, pg_clipped)  # [B, T]
+        if dual_clip is not None:
+            cap = -adv * dual_clip
+            dual_active = m & (adv < 0) & (cap < pg)
+            pg = torch.where(adv < 0, torch.minimum(pg, cap), pg)
+        clipped = m & (pg_clipped > pg_unclipped)
+    if weights is not None:
+        pg = pg * weights.detach().to(pg.dtype)
     loss = aggregate_loss(pg, m, agg, denom, norm_tokens)
 
     with torch.no_grad():
         n = m.sum().clamp_min(1).to(ratio.dtype)
-        clipped = m & (pg_clipped > pg_unclipped)
 
         def frac(x: torch.Tensor) -> torch.Tensor:
             return x.sum().to(ratio.dtype) / n

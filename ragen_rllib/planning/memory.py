@@ -238,14 +238,13 @@ def engine_lines(
     config, shape: ModelShape, sequences: int, card_bytes: int | None, shares_weights: bool
 ) -> list[Line]:
     """A rollout engine holding ``sequences`` trajectories at the context limit."""
-    b = DTYPE_BYTES[config.model_dtype]
+    dtype = config.engine_dtype or config.model_dtype
+    b = DTYPE_BYTES[dtype]
     lines = []
     if shares_weights:
         lines.append(Line("engine weights", 0, "the learner's own weights, no copy"))
     else:
-        lines.append(
-            Line("engine weights", shape.params() * b, f"{config.model_dtype}, {config.engine}")
-        )
+        lines.append(Line("engine weights", shape.params() * b, f"{dtype}, {config.engine}"))
     ctx = config.max_context_tokens
     if config.engine == "vllm":
         if config.vllm_kv_cache_gb is not None:

@@ -34,6 +34,7 @@ LIFETIME_COUNTERS = (
     "num_runner_failures",
     "num_resampled_groups",
     "num_runner_restarts",
+    "num_dynamic_sampling_calls",
 )
 
 

@@ -123,8 +123,10 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         cfg = self.config
         times = StepTimes(start=time.perf_counter())
         if not self._buffer.has_fresh(self._policy_version):
-            trajs = self._sample_fresh(times)
-            self._buffer.add(self._sample_batch_stage(trajs))
+            trajs = self._sample_batch_stage(self._sample_fresh(times))
+            if cfg.dynamic_sampling_groups:
+                trajs = self._fill_with_spread(trajs, times)
+            self._buffer.add(trajs)
         batch = self._buffer.sample(policy_version=self._policy_version) or []
         if (
             cfg.async_rollouts
@@ -175,6 +177,35 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         self._sample_stage(rl_module=None, batch={}, episodes=trajs, metrics=self.metrics)
         self._maybe_dump(sampled, trajs)
         return trajs
+
+    def _fill_with_spread(self, kept: list[Trajectory], times: StepTimes) -> list[Trajectory]:
+        """DAPO's dynamic sampling: the kept groups whose rewards differ, topped up from
+        up to ``dynamic_sampling_max_calls`` more sampling calls (each through the
+        whole sample-batch stage, filter included; its metrics are the first call's)
+        until ``dynamic_sampling_groups`` such groups are held; the first that many
+        are trained on. Groups without reward spread leave the batch."""
+        cfg = self.config
+        groups = groups_with_spread(kept)
+        calls = 0
+        while len(groups) < cfg.dynamic_sampling_groups and calls < cfg.dynamic_sampling_max_calls:
+            calls += 1
+            self._launch_sample()
+            more, busy = self._collect_sample()
+            times.busy += busy
+            self._lifetime["num_dynamic_sampling_calls"] += 1
+            self._count(more)  # logs the lifetime counters
+            for t in more:  # group ids stay unique within the batch
+                t.group += calls * cfg.env_groups
+            self._sample_stage(rl_module=None, batch={}, episodes=more, metrics=None)
+            groups += groups_with_spread(more)
+        held = len(groups)
+        self.metrics.log_dict(
+            {"extra_calls": calls, "groups_with_spread": held,
+             "short": int(held < cfg.dynamic_sampling_groups)},
+            key="dynamic_sampling",
+            window=1,
+        )  # fmt: skip
+        return [t for group in groups[: cfg.dynamic_sampling_groups] for t in group]
 
     def _no_signal(self, batch: list[Trajectory]) -> bool:
         """skip_zero_advantage_updates, critic-free, and every advantage 0."""
@@ -231,6 +262,14 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
             "episodes_refs": [ray.put([batch[i] for i in shard]) for shard in shards],
             "minibatches_per_epoch": steps,
         }
+
+
+def groups_with_spread(trajs: list[Trajectory]) -> list[list[Trajectory]]:
+    """The groups (in batch order) whose trajectories' rewards are not all equal."""
+    groups: dict[int, list[Trajectory]] = {}
+    for t in trajs:
+        groups.setdefault(t.group, []).append(t)
+    return [g for g in groups.values() if len({t.total_reward for t in g}) > 1]
 
 
 class StarPOConfig(StarPOConfigBase):

@@ -120,6 +120,12 @@ def check_values(config) -> None:
             )
     _check_estimator(config, bad)
     _check_filter(config, bad)
+    if config.overlong == "penalty" and config.overlong_buffer > config.max_new_tokens:
+        raise bad(
+            "overlong_buffer",
+            f"must be <= max_new_tokens={config.max_new_tokens}: the penalty grows over "
+            "the last overlong_buffer tokens before that limit",
+        )
     if config.learner_strategy == "fsdp":
         if config.lora_rank:
             raise bad(

@@ -27,7 +27,7 @@ MODEL = knobs(
             lambda v: isinstance(v, str) and bool(v.strip()),
             "must be 'builtin', 'builtin-raw', a named model such as 'smollm2-135m-instruct', "
             "a .gguf file, a local model directory or a Hugging Face hub id such as "
-            "'Qwen/Qwen2.5-0.5B-Instruct' (a string)"
+            "'Qwen/Qwen2.5-0.5B-Instruct' (a string)",
         ),
         "the model: builtin (pretrained, shipped), builtin-raw, smollm2-135m-instruct, a "
         ".gguf file, a local HF folder or a hub id",
@@ -39,6 +39,13 @@ MODEL = knobs(
         choice(DTYPES),
         "bfloat16 (GPUs): the learner computes in bfloat16 over float32 master weights; "
         "engines and frozen copies hold bfloat16",
+    ),
+    K(
+        "engine_dtype",
+        None,
+        choice(DTYPES, none_ok=True, null="model_dtype"),
+        "the rollout engine's weights alone, e.g. bfloat16 rollouts beside a float32 "
+        "learner (the mismatch rollout_correction corrects)",
     ),
     K(
         "engine",

@@ -10,10 +10,11 @@ from ragen_rllib.algorithms.starpo.config.rules import (
     integer,
     number,
 )
-from ragen_rllib.learner.loss_terms import KL_ESTIMATORS, LOSS_AGGS
+from ragen_rllib.learner.loss_terms import KL_ESTIMATORS, LOSS_AGGS, POLICY_LOSSES
 from ragen_rllib.maths.advantages import REWARD_NORM_METHODS
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import FILTER_DIRECTIONS, FILTER_METRICS, FILTER_STRATEGIES
+from ragen_rllib.maths.off_policy import CORRECTIONS, LEVELS
 
 K = Knob
 UNIT = number(0, 1)
@@ -58,6 +59,22 @@ ADVANTAGES = knobs(
     ),
     K("gigpo_gamma", 0.95, UNIT, "GiGPO: discount of a turn's return in its step group"),
     K("gigpo_step_weight", 1.0, NONNEG, "GiGPO: weight of the step-level advantage"),
+    K(
+        "overlong",
+        "none",
+        choice(("none", "mask", "penalty")),
+        "answers near max_new_tokens: none; mask (answers cut there leave the loss); "
+        "penalty (DAPO's soft linear penalty over the last overlong_buffer tokens)",
+        cross=True,
+    ),
+    K(
+        "overlong_buffer",
+        16,
+        integer(1),
+        "overlong penalty: tokens before max_new_tokens over which it grows",
+        cross=True,
+    ),
+    K("overlong_penalty", 1.0, NONNEG, "overlong penalty: its size at max_new_tokens"),
     K(
         "whiten_advantages",
         True,
@@ -113,6 +130,20 @@ FILTER = knobs(
         "a group's score: the in-group reward std or variance",
     ),
     K(
+        "dynamic_sampling_groups",
+        None,
+        integer(1, none_ok=True, null="off"),
+        "DAPO's dynamic sampling: sample more batches until this many groups with "
+        "non-zero reward spread are kept (groups without spread leave the batch)",
+        cross=True,
+    ),
+    K(
+        "dynamic_sampling_max_calls",
+        2,
+        integer(1),
+        "dynamic sampling: extra sampling calls per iteration at most",
+    ),
+    K(
         "filter_scope",
         "env",
         choice(("env", "all")),
@@ -140,6 +171,48 @@ LOSS = knobs(
         3.0,
         number(1, low_open=True, none_ok=True),
         "dual-clip c for negative advantages (paper 3; null: off)",
+    ),
+    K(
+        "policy_loss",
+        "ppo",
+        choice(POLICY_LOSSES),
+        "ppo (clipped ratio), gspo (sequence ratio, its own clip) or cispo (clipped "
+        "stop-gradient weight; docs/algorithms.md)",
+        cross=True,
+    ),
+    K("gspo_clip_low", 3e-4, number(0, 1, low_open=True, high_open=True), "GSPO's clip below 1"),
+    K("gspo_clip_high", 4e-4, number(0, 1, low_open=True, high_open=True), "GSPO's clip above 1"),
+    K(
+        "cispo_weight_cap",
+        5.0,
+        number(1, low_open=True),
+        "CISPO: the importance weight's cap (the weight is cut, never the gradient)",
+    ),
+    K(
+        "rollout_correction",
+        "none",
+        choice(CORRECTIONS),
+        "none; tis or mis: clip against the learner's own log-probs of the batch (one "
+        "more forward) and weight by the truncated (tis) or masked (mis) "
+        "engine-to-learner importance weight",
+    ),
+    K(
+        "rollout_correction_level",
+        "token",
+        choice(LEVELS),
+        "the importance weight per token, or per sequence (the product over its tokens)",
+    ),
+    K(
+        "rollout_correction_cap",
+        2.0,
+        number(1, low_open=True),
+        "tis: weights above it are cut to it; mis: weights outside [1/cap, cap] are 0",
+    ),
+    K(
+        "log_rollout_mismatch",
+        True,
+        boolean(),
+        "log the engine-to-learner gap every update (one more forward without gradients)",
     ),
     K(
         "loss_agg",
