@@ -446,6 +446,8 @@ def run_device_time(config, warmup: int, iterations: int, rollout_s: float, upda
                     "lag": result["rollout"].get("policy_lag_mean", 0),
                     "dropped": result["rollout"].get("dropped_stale_lifetime", 0),
                     "weights_load_s": result.get("env_runners", {}).get("weights_load_s", 0),
+                    "token_lag": result["learners"]["default_policy"].get("token_lag_mean"),
+                    "mid": result.get("env_runners", {}).get("weights_loaded_mid_sample", 0),
                 }
             )
         wall = time.perf_counter() - start
@@ -480,6 +482,11 @@ def run_device_time(config, warmup: int, iterations: int, rollout_s: float, upda
             for key in ("sample_wait_s", "rollout_s", "update_s", "sync_s", "weights_load_s")
         },
         "policy_lag_mean": _mean(r["lag"] for r in rows),
+        # Per token (partial rollouts lower it below the trajectories' oldest-token lag).
+        "token_lag_mean": round(
+            _mean(r["token_lag"] for r in rows if r["token_lag"] is not None), 4
+        ),
+        "weights_loaded_mid_sample": rows[-1]["mid"] if rows[-1]["mid"] == rows[-1]["mid"] else 0,
         "dropped_stale": rows[-1]["dropped"],
         "push_bytes": push_bytes,
         "timeline": timeline(its[-1]["events"], calls, *spans[-1]),
@@ -569,9 +576,10 @@ def device_time_main(args) -> int:
             llm = shaped_model_dir(root) if model == QWEN_SHAPE else model
             row = {"model": model, "runners": n, "ratio": ratio}
             row.update({"rollout_s": rollout_s, "update_s": update_s})
-            for mode in ("sync", "async"):
+            for mode in ("sync", "async", "async-partial") if args.partial else ("sync", "async"):
                 user = {**DEVICE_TIME_CONFIG, "llm": llm, **overrides}
-                user.update({"num_env_runners": n, "async_rollouts": mode == "async"})
+                user.update({"num_env_runners": n, "async_rollouts": mode != "sync"})
+                user["partial_rollouts"] = mode == "async-partial"
                 config = StarPOConfig.from_user_dict(user)
                 runner_cls, learner_cls = sleeping_classes(rollout_s, update_s)
                 config.env_runners(env_runner_cls=runner_cls)
@@ -592,6 +600,12 @@ def device_time_main(args) -> int:
                 row["sync"]["seconds_per_iteration"] / row["async"]["seconds_per_iteration"], 3
             )
             row["ideal"] = round((rollout_s + update_s) / max(rollout_s, update_s), 3)
+            if args.partial:
+                row["partial_vs_async"] = round(
+                    row["async"]["seconds_per_iteration"]
+                    / row["async-partial"]["seconds_per_iteration"],
+                    3,
+                )
             row["push_mib"] = round(row["sync"]["push_bytes"] / 2**20, 1)
             figures["runs"].append(row)
     finally:
@@ -621,6 +635,22 @@ def device_time_table(figures: dict) -> str:
             f"| {r['async_vs_sync']:.2f}x | {r['ideal']:.1f}x "
             f"| {s['overhead_ms']:.0f} / {a['overhead_ms']:.0f} | {a['policy_lag_mean']:.2f} |"
         )
+    if any("async-partial" in r for r in figures["runs"]):
+        lines += [
+            "",
+            "| model | runners | rollout:update | async s/it | partial s/it | partial/async "
+            "| token lag async / partial | loads mid-sample |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in figures["runs"]:
+            a, p = r["async"], r["async-partial"]
+            lines.append(
+                f"| {r['model']} | {r['runners']} | {r['ratio']} "
+                f"| {a['seconds_per_iteration']:.3f} | {p['seconds_per_iteration']:.3f} "
+                f"| {r['partial_vs_async']:.2f}x "
+                f"| {a['token_lag_mean']:.2f} / {p['token_lag_mean']:.2f} "
+                f"| {p['weights_loaded_mid_sample']} |"
+            )
     return "\n".join(lines)
 
 
@@ -655,6 +685,12 @@ def main(argv: list[str] | None = None) -> int:
         default="default",
         help="RLlib's sync of the runners' states after every iteration (default: as the "
         "config has it)",
+    )
+    device.add_argument(
+        "--partial",
+        action="store_true",
+        help="also run async with partial_rollouts (same lag bound): give a multi-turn env "
+        'with --config, e.g. \'{"env": "ragen/FrozenLakeNoSlip-v0", "max_turns": 4}\'',
     )
     device.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)

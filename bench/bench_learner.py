@@ -12,7 +12,11 @@ of ``--repeats`` is kept:
 - ``packed``: the same micro-batches with their rows laid end to end in one
   sequence (``pack_sequences``), so no compute goes to padding;
 - ``default``: what training runs: packed, except that rows sharing their
-  prompt (a group's first turn) encode it once when that saves more.
+  prompt (a group's first turn) encode it once when that saves more; its
+  learner connector scores the batch once more without gradients before the
+  update (``log_rollout_mismatch``, also ``rollout_correction``);
+- ``default-no-rescore``: ``default`` with ``log_rollout_mismatch`` off, which
+  prices that extra forward pass.
 
 The first three encode every row in full (shared prompts off), so they differ
 only in how padding is handled.
@@ -51,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
     from ragen_rllib.maths.batching import microbatch_rows
 
-    def config(micro, pack=True):
+    def config(micro, pack=True, rescore=True):
         return StarPOConfig.from_user_dict(
             {
                 "env": args.env,
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 "advantage_estimator": "grpo",
                 "max_tokens_per_microbatch": micro,
                 "pack_sequences": pack,
+                "log_rollout_mismatch": rescore,
                 "seed": 0,
             }
         )
@@ -85,16 +90,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragen_rllib.rl_module import scoring
 
-    settings = {  # name: (micro-batch budget, packing, shared prompts)
-        "padded": (None, False, False),
-        "sorted": (args.micro_tokens, False, False),
-        "packed": (args.micro_tokens, True, False),
-        "default": (args.micro_tokens, True, True),
+    settings = {  # name: (micro-batch budget, packing, shared prompts, rescoring)
+        "padded": (None, False, False, True),
+        "sorted": (args.micro_tokens, False, False, True),
+        "packed": (args.micro_tokens, True, False, True),
+        "default": (args.micro_tokens, True, True, True),
+        "default-no-rescore": (args.micro_tokens, True, True, False),
     }
     learners = {}
-    for name, (micro, pack, _) in settings.items():
+    for name, (micro, pack, _, rescore) in settings.items():
         torch.manual_seed(0)
-        learner = config(micro, pack).build_learner(spaces=spaces)
+        learner = config(micro, pack, rescore).build_learner(spaces=spaces)
         learner.build()
         learners[name] = learner
     shared_saving = scoring.MIN_SHARED_SAVING
@@ -115,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             # (The shared-prompt path pads each row's remainder; not counted here.)
             "padding_share": None if shared else round(1 - real / padded_tokens(micro, pack), 3),
         }
-        for name, (micro, pack, shared) in settings.items()
+        for name, (micro, pack, shared, _) in settings.items()
     }
     print(
         json.dumps(

@@ -20,6 +20,8 @@ Cases (``--cases``, comma-separated):
 
     python bench/bench_mismatch.py --cases hf-fp32,hf-bf16,hf-fp32-async
     .venv-vllm/bin/python bench/bench_mismatch.py --cases vllm,vllm-bf16
+    python bench/bench_mismatch.py --llm smollm2-135m-instruct --cases hf-fp32,hf-bf16 \
+        --iterations 2 --config '{"env_groups": 2, "max_tokens_per_microbatch": 2048}'
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def run_case(name: str, args) -> dict:
         "filter_keep_ratio": 1.0,
         "lr": 1e-4,
         "seed": args.seed,
+        **json.loads(args.config or "{}"),
         **CASES[name],
     }
     algo = StarPOConfig.from_user_dict(config).build_algo()
@@ -98,6 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--env", default="ragen/FrozenLakeNoSlip-v0")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--config", default=None, help="JSON object merged into the config")
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases.split(",") if c not in CASES]
     if unknown:

@@ -150,3 +150,77 @@ def test_every_token_carries_the_version_that_generated_it():
     lag = cols["token_lag"][0]
     response = cols["response_mask"][0] > 0
     assert lag[response].tolist() == [2, 2, 1, 1, 1]
+
+
+PARTIAL = """
+import json, ray, torch
+from transformers import AutoModelForCausalLM
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+from ragen_rllib.distributed.mailbox import WeightMailbox
+from ragen_rllib.distributed.wire import to_wire
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.rl_module.scoring import response_logprobs
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+cfg = StarPOConfig.from_user_dict({
+    "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "env_groups": 2, "group_size": 3,
+    "max_turns": 4, "max_new_tokens": 16, "minibatch_size": 6, "advantage_estimator": "grpo",
+    "num_env_runners": 1, "async_rollouts": True, "partial_rollouts": True, "seed": 2})
+runner = LLMEnvRunner(config=cfg, worker_index=1)
+g = torch.Generator().manual_seed(0)
+old = {k: v.detach().clone() for k, v in runner.engine.model.named_parameters()}
+new = {k: v + 0.05 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v
+       for k, v in old.items()}
+mailbox = WeightMailbox.remote()
+runner.set_mailbox(mailbox)
+# Version 1 is posted while version 0 samples: the runner finds it before turn 2.
+ray.get(mailbox.post.remote(1, [ray.put({"rl_module": to_wire(new), "weights_seq_no": 1})]))
+trajs = runner.sample()
+def scorer(state):
+    model = AutoModelForCausalLM.from_pretrained(runner._model_path, dtype=torch.float32)
+    model.load_state_dict(state, strict=False)
+    return model.eval()
+models = {0: scorer(old), 1: scorer(new)}
+gaps, turn_versions = {0: 0.0, 1: 0.0}, []
+for t in trajs:
+    seg = t.segments[0]
+    versions = [seg.versions[start] for _, start, _ in t.turn_spans]
+    turn_versions.append(versions)
+    ids = torch.tensor([seg.input_ids])
+    for version, model in models.items():
+        mask = torch.tensor([[1.0 if v == version else 0.0 for v in seg.versions]])
+        if mask.sum() == 0:
+            continue
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": mask}
+        with torch.no_grad():
+            logp = response_logprobs(model, batch, cfg.temperature or 1.0)["logp"]
+        gap = (logp - torch.tensor([seg.behaviour_logp]))[mask > 0].abs().max().item()
+        gaps[version] = max(gaps[version], gap)
+loaded = runner.metrics.peek("weights_loaded_mid_sample")
+# The push of version 1 queued behind the sample is not loaded again...
+junk = {k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in new.items()}
+runner.set_state({"rl_module": to_wire(junk), "weights_seq_no": 1})
+engine = runner.engine.model.state_dict()
+kept = max((engine[k] - v).abs().max().item() for k, v in new.items())
+# ...and version 2 is.
+runner.set_state({"rl_module": to_wire(old), "weights_seq_no": 2})
+print(json.dumps({"turn_versions": turn_versions, "gaps": gaps, "loaded": loaded, "kept": kept,
+                  "version": runner.engine.policy_version,
+                  "start_versions": [t.policy_version for t in trajs]}))
+"""
+
+
+@pytest.mark.slow
+def test_partial_rollouts_load_posted_weights_at_the_next_turn_boundary(tmp_path):
+    """Weights posted while a sample runs are loaded before its second turn: turn 1's
+    tokens carry version 0 and match the old weights' log-probs, later turns carry
+    version 1 and match the new weights' (the prompt cache was re-encoded); the same
+    weights queued behind the sample are not loaded a second time."""
+    out = run_script(PARTIAL, tmp_path, timeout=300)
+    multi = [v for v in out["turn_versions"] if len(v) > 1]
+    assert multi, out  # some trajectory lasted past its first turn
+    assert all(v[0] == 0 and set(v[1:]) == {1} for v in out["turn_versions"] if len(v) > 1)
+    assert out["start_versions"] == [0] * len(out["turn_versions"])  # the oldest token's
+    assert out["gaps"]["0"] < 1e-4 and out["gaps"]["1"] < 1e-4, out["gaps"]
+    assert out["loaded"] == 1
+    assert out["kept"] == 0.0  # still the posted weights, not the queued junk
+    assert out["version"] == 2

@@ -89,6 +89,10 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         # This runner's own seed stream (sample() on its own); the algorithm hands
         # its runners their groups' seeds from the driver's stream instead.
         self._base_seed = mix_seed(config.seed, self.worker_index)
+        # Partial rollouts: where newer weights are posted during a sample, and the
+        # version last loaded from there (its queued push is then not loaded again).
+        self._mailbox = None
+        self._version_from_mailbox = -1
 
     # ----- EnvRunner API ------------------------------------------------------------
     def assert_healthy(self) -> None:
@@ -172,11 +176,30 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             "num_env_steps_sampled_lifetime": self.num_env_steps_sampled_lifetime,
         }
 
+    def set_mailbox(self, mailbox) -> None:
+        """Partial rollouts: look for newer weights in ``mailbox`` between turns
+        (:class:`~ragen_rllib.distributed.mailbox.WeightMailbox`)."""
+        self._mailbox = mailbox
+
+    def _load_newer_weights(self) -> None:
+        """Between two turns of a training sample: load weights newer than the
+        engine's, if the driver posted some (the tokens after carry their version)."""
+        version, refs = ray.get(self._mailbox.newer_than.remote(self.engine.policy_version))
+        if not refs:
+            return
+        self.set_state(ray.get(refs[0]))
+        self.engine.clear_cache()  # the cached prompts were encoded by the old weights
+        self._version_from_mailbox = version
+        self.metrics.log_value("weights_loaded_mid_sample", 1, reduce="sum")
+
     def set_state(self, state: dict[str, Any]) -> None:
         """Counters from a checkpoint, and/or the actor's weights (pushed by the algorithm,
         possibly as a reference into Ray's object store)."""
         if isinstance(state, ray.ObjectRef):
             state = ray.get(state)
+        version = int(state.get(WEIGHTS_SEQ_NO, 0))
+        if COMPONENT_RL_MODULE in state and version == self._version_from_mailbox:
+            state = {k: v for k, v in state.items() if k != COMPONENT_RL_MODULE}  # loaded
         if COMPONENT_RL_MODULE in state:
             module_state = state[COMPONENT_RL_MODULE]
             if isinstance(module_state, ray.ObjectRef):  # RLlib's own sync at setup
@@ -188,7 +211,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             start = time.perf_counter()
             if self._lora is not None:
                 weights = self._lora.merged(weights)
-            self.engine.load_weights(weights, int(state.get(WEIGHTS_SEQ_NO, 0)))
+            self.engine.load_weights(weights, version)
             self.metrics.log_value("weights_load_s", time.perf_counter() - start, window=1)
         self._num_sample_calls = int(state.get("num_sample_calls", self._num_sample_calls))
         self.num_env_steps_sampled_lifetime = int(
@@ -281,6 +304,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         for turn in range(1, max((r.limit for r in rollouts), default=0) + 1):
             if not active:
                 break
+            if turn > 1 and self._mailbox is not None and log_metrics:
+                self._load_newer_weights()  # partial rollouts
             # Keyed by trajectory: a turn encodes only what its previous context lacks.
             keys = [id(r) for r in active]
             batch = [r.context.prompt for r in active]

@@ -13,7 +13,10 @@ one runner asks for; when no alive node has them, the algorithm does not wait fo
 a restart that cannot happen: it goes on with the runners it has, or, with none
 left, stops with an error naming the resources (:mod:`ragen_rllib.distributed.cluster`).
 After each update the actor's weights, stamped with their policy version, go
-to every runner's engine through Ray's object store (:meth:`SamplingMixin._push_weights`).
+to every runner's engine through Ray's object store (:meth:`SamplingMixin._push_weights`);
+with ``partial_rollouts`` they are also posted where a runner that is mid-sample
+loads them at its next turn boundary
+(:class:`~ragen_rllib.distributed.mailbox.WeightMailbox`).
 With ``num_env_runners: 0`` the one runner lives in the driver and is called
 directly.
 """
@@ -31,6 +34,7 @@ from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODUL
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, WEIGHTS_SEQ_NO
 
 from ragen_rllib.distributed.cluster import no_runner_host
+from ragen_rllib.distributed.mailbox import WeightMailbox
 from ragen_rllib.distributed.wire import to_wire
 from ragen_rllib.env_runner.curriculum import stage_at
 from ragen_rllib.env_runner.trajectory import Trajectory
@@ -90,6 +94,18 @@ class SamplingMixin:
             if problem:
                 raise ValueError(f"num_env_runners={cfg.num_env_runners}: {problem}")
         super().setup(config)
+        self._mailbox = None
+        if cfg.partial_rollouts:  # newer weights, for the runners to load between turns
+            self._mailbox = WeightMailbox.remote()
+            self._give_mailbox()
+
+    def _give_mailbox(self, worker_ids: list[int] | None = None) -> None:
+        mailbox = self._mailbox
+        self.env_runner_group.foreach_env_runner(
+            lambda runner: runner.set_mailbox(mailbox),
+            remote_worker_ids=worker_ids,
+            local_env_runner=False,
+        )
 
     # ----- sampling: the runners' shares ---------------------------------------------
     def _runner_ids(self) -> list[int]:
@@ -220,6 +236,8 @@ class SamplingMixin:
                 self._policy_version,
             )
             self._push_weights(worker_ids=restored, wait=True)
+            if self._mailbox is not None:
+                self._give_mailbox(restored)
         return restored
 
     def _lost_runners_have_a_node(self, group) -> bool:
@@ -264,10 +282,13 @@ class SamplingMixin:
         payload = {COMPONENT_RL_MODULE: to_wire(module_state), WEIGHTS_SEQ_NO: self._policy_version}
         # An earlier push still queued behind a sample lands first (one per runner).
         self._await_weight_pushes()
+        ref = ray.put(payload)
+        if self._mailbox is not None:  # partial rollouts: loaded between turns if sooner
+            self._mailbox.post.remote(self._policy_version, [ref])
         self.env_runner_group.foreach_env_runner_async(
             "set_state",
             tag="weights",
-            kwargs={"state": ray.put(payload)},
+            kwargs={"state": ref},
             remote_worker_ids=worker_ids,
         )
         if wait:

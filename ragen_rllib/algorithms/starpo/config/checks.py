@@ -158,6 +158,12 @@ def check_values(config) -> None:
             "asynchronous sampling needs remote env runners: set num_env_runners >= 1 "
             "(the learner updates in the driver while the runners sample)",
         )
+    if config.partial_rollouts and not config.async_rollouts:
+        raise bad(
+            "partial_rollouts",
+            "weights reach a runner mid-sample only while it samples during an update: "
+            "set async_rollouts true (with num_env_runners >= 1), or partial_rollouts false",
+        )
     if config.engine == "vllm":
         _check_vllm(config, bad)
     if config.engine_sleep_level and not (config.num_env_runners == 0 and config.num_learners == 0):

@@ -58,11 +58,19 @@ ACTORS = knobs(
         cross=True,
     ),
     K(
+        "partial_rollouts",
+        False,
+        boolean(),
+        "with async_rollouts: weights that arrive mid-sample are loaded at the next turn "
+        "boundary (every token carries the version that generated it)",
+        cross=True,
+    ),
+    K(
         "max_policy_lag",
         1,
         integer(0),
-        "a trajectory more than this many updates older than the learner is dropped, "
-        "never trained on",
+        "a trajectory with a token generated more than this many updates before the "
+        "learner's version is dropped, never trained on",
         cross=True,
     ),
     K("num_gpus_per_learner", RLLIB_OWN, NONNEG, "GPUs per learner", rllib=True, cross=True),
