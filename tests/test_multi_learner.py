@@ -60,7 +60,8 @@ def run(save=None, **over):
     run.logged = {k: float(learner[k]) for k in LOGGED if k in learner}
     return out, turns, engine, opt
 LOGGED = ("policy_loss", "entropy", "value_loss", "kl_to_reference", "response_tokens",
-          "clip_frac", "approx_kl", "value_mean")
+          "clip_frac", "approx_kl", "value_mean", "off_policy_kl", "rollout_mismatch_tokens",
+          "is_weight_mean", "is_corrected_frac")
 def logged_diff(a, b):
     # Relative, with an absolute floor: at the first step the policy loss and the
     # approximate KL are ~1e-7 (ratios of 1, whitened advantages summing to ~0).
@@ -110,6 +111,14 @@ for seed in range(3, 13):
         break
 (grpo_one,), _, _, _ = run(num_learners=0, **per_turn)
 logged_grpo_one = run.logged
+# The loss menu and the rollout correction with a bfloat16 engine (a real gap):
+# the proximal log-probs, the gap's figures and the weights are the same on two.
+menu = dict(policy_loss="cispo", rollout_correction="tis", rollout_correction_level="sequence",
+            rollout_correction_cap=1.001, engine_dtype="bfloat16")
+(menu_one,), _, _, _ = run(num_learners=0, **menu)
+logged_menu_one = run.logged
+menu_ddp, _, _, _ = run(num_learners=2, max_tokens_per_microbatch=400, **menu)
+logged_menu_ddp = run.logged
 start = AutoModelForCausalLM.from_pretrained(resolve_model("builtin"), dtype=torch.float32)
 moved = max(
     float(np.abs(one[0]["actor." + k] - v.detach().numpy()).max())
@@ -133,11 +142,14 @@ print(json.dumps({
         "moments": sum(float(np.abs(v).sum()) for k, v in opt_saved.items() if "exp_avg" in k),
     },
     "grpo_fsdp": compare(grpo_one, grpo_fsdp), "blank_passes": blank_passes,
+    "menu_ddp": compare(menu_one, menu_ddp),
     "logged": {"one": logged_one, "ddp": logged_ddp, "fsdp": logged_fsdp,
-               "grpo_one": logged_grpo_one, "grpo_fsdp": logged_grpo_fsdp},
+               "grpo_one": logged_grpo_one, "grpo_fsdp": logged_grpo_fsdp,
+               "menu_one": logged_menu_one, "menu_ddp": logged_menu_ddp},
     "logged_diff": {"ddp": logged_diff(logged_one, logged_ddp),
                     "fsdp": logged_diff(logged_one, logged_fsdp),
-                    "grpo_fsdp": logged_diff(logged_grpo_one, logged_grpo_fsdp)},
+                    "grpo_fsdp": logged_diff(logged_grpo_one, logged_grpo_fsdp),
+                    "menu_ddp": logged_diff(logged_menu_one, logged_menu_ddp)},
 }))
 """
 
@@ -170,6 +182,11 @@ def test_two_learners_take_the_step_of_one_on_a_multi_turn_batch(tmp_path):
     assert out["blank_passes"] > 0, out
     assert out["grpo_fsdp"]["grad"] <= 1e-4, out
     assert out["grpo_fsdp"]["param_beyond_adam_bound"] <= 0.0, out
+    # CISPO with sequence-level TIS against a bfloat16 engine: the same step on two.
+    assert out["menu_ddp"]["grad"] <= 1e-4, out
+    assert out["menu_ddp"]["param_beyond_adam_bound"] <= 0.0, out
+    assert out["logged"]["menu_one"]["is_corrected_frac"] > 0, out["logged"]["menu_one"]
+    assert out["logged"]["menu_one"]["off_policy_kl"] > 0, out["logged"]["menu_one"]
     # The logged loss terms with two learners are the one-learner values (each learner
     # logs its share times the number of learners; RLlib averages the learners).
     logged = out["logged"]
