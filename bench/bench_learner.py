@@ -12,11 +12,10 @@ of ``--repeats`` is kept:
 - ``packed``: the same micro-batches with their rows laid end to end in one
   sequence (``pack_sequences``), so no compute goes to padding;
 - ``default``: what training runs: packed, except that rows sharing their
-  prompt (a group's first turn) encode it once when that saves more; its
-  learner connector scores the batch once more without gradients before the
-  update (``log_rollout_mismatch``, also ``rollout_correction``);
-- ``default-no-rescore``: ``default`` with ``log_rollout_mismatch`` off, which
-  prices that extra forward pass.
+  prompt (a group's first turn) encode it once when that saves more;
+- ``default-rescore``: ``default`` with ``log_rollout_mismatch`` on: the learner
+  connector scores the batch once more without gradients before the update (as
+  ``rollout_correction`` does), which prices that extra forward pass.
 
 The first three encode every row in full (shared prompts off), so they differ
 only in how padding is handled.
@@ -55,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
     from ragen_rllib.maths.batching import microbatch_rows
 
-    def config(micro, pack=True, rescore=True):
+    def config(micro, pack=True, rescore=False):
         return StarPOConfig.from_user_dict(
             {
                 "env": args.env,
@@ -91,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     from ragen_rllib.rl_module import scoring
 
     settings = {  # name: (micro-batch budget, packing, shared prompts, rescoring)
-        "padded": (None, False, False, True),
-        "sorted": (args.micro_tokens, False, False, True),
-        "packed": (args.micro_tokens, True, False, True),
-        "default": (args.micro_tokens, True, True, True),
-        "default-no-rescore": (args.micro_tokens, True, True, False),
+        "padded": (None, False, False, False),
+        "sorted": (args.micro_tokens, False, False, False),
+        "packed": (args.micro_tokens, True, False, False),
+        "default": (args.micro_tokens, True, True, False),
+        "default-rescore": (args.micro_tokens, True, True, True),
     }
     learners = {}
     for name, (micro, pack, _, rescore) in settings.items():

@@ -59,8 +59,8 @@ class TrajectoriesToBatch(ConnectorV2):
     Row columns: ``input_ids``, ``attention_mask``, ``response_mask`` (1 on generated
     tokens), ``behaviour_logp``, ``row_trajectory`` (the row's trajectory, so that
     the minibatches keep a trajectory's rows together), ``token_lag`` (policy
-    versions between each token's sampling weights and the learner's; read and
-    removed by :class:`RecomputeLogProbs`) and ``cut_mask`` (1 on the tokens of
+    versions between each token's sampling weights and the learner's; read by
+    :class:`RecomputeLogProbs` or the learner) and ``cut_mask`` (1 on the tokens of
     answers cut by ``max_new_tokens``; removed by :class:`MaskOverlong`).
     Per-trajectory columns for the advantage estimators: ``stream_index``  # [B, L],
     the flat [R * T] position of each of the trajectory's generated tokens in order
@@ -178,24 +178,27 @@ class RecomputeLogProbs(ConnectorV2):
     """The learner's log-probs of the sampled tokens, before the update's first step.
 
     With ``rollout_correction`` they are the proximal log-probs the loss clips
-    against (column ``proximal_logp``); with ``log_rollout_mismatch`` the gap to the
-    engine's behaviour log-probs is logged (:mod:`ragen_rllib.maths.off_policy`),
-    reduced over all learners: ``rollout_mismatch_kl`` and ``_max_abs`` on the
-    tokens sampled with the learner's own weights (lag 0), ``off_policy_kl`` on
-    all, and the tokens' policy lag. Neither: nothing runs."""
+    against (column ``proximal_logp``); with it or ``log_rollout_mismatch`` the gap
+    to the engine's behaviour log-probs over the whole batch is logged
+    (:mod:`ragen_rllib.maths.off_policy`), reduced over all learners:
+    ``rollout_mismatch_kl`` and ``_max_abs`` on the tokens sampled with the
+    learner's own weights (lag 0), ``off_policy_kl`` on all, and the tokens'
+    policy lag. Neither: nothing runs here, the ``token_lag`` column stays, and
+    the learner logs the same figures for free from its first minibatch's forward
+    pass (:meth:`~ragen_rllib.learner.starpo_learner.StarPOTorchLearner._log_gap`)."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
         self.keep = config.rollout_correction != "none"
-        self.log = config.log_rollout_mismatch
+        self.log = config.log_rollout_mismatch or self.keep
         self.max_tokens = config.max_tokens_per_microbatch
 
     def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
         cols = batch[DEFAULT_MODULE_ID]
-        token_lag = cols.pop("token_lag")
         log = self.log and metrics is not None
         if not (self.keep or log):
-            return batch
+            return batch  # the learner measures the gap on its first minibatch
+        token_lag = cols.pop("token_lag")
         module = rl_module[DEFAULT_MODULE_ID] if DEFAULT_MODULE_ID in rl_module else rl_module
         module = module.unwrapped() if hasattr(module, "unwrapped") else module
         device = next(module.parameters()).device

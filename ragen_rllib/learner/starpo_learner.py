@@ -25,10 +25,16 @@ import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from ragen_rllib.console import no_progress_bars
-from ragen_rllib.distributed.collectives import agreed_count, full
+from ragen_rllib.distributed.collectives import (
+    agreed_count,
+    full,
+    maximum_over_learners,
+    summed_over_learners,
+)
 from ragen_rllib.learner.fsdp import FSDPLearnerMixin
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
 from ragen_rllib.learner.minibatches import TrajectoryMinibatches
+from ragen_rllib.maths import off_policy
 from ragen_rllib.maths.batching import fill_plan, microbatch_rows, num_minibatches, take_rows
 from ragen_rllib.rl_module.scoring import response_logprobs
 
@@ -59,6 +65,16 @@ def _zero_weighted(fwd_out: dict[str, Any]) -> torch.Tensor:
     if not parts:
         raise RuntimeError("a forward pass produced no output that needs a gradient")
     return 0.0 * torch.stack(parts).sum()
+
+
+_GAP_SUMS = ("same_kl_sum", "same_tokens", "all_kl_sum", "all_tokens", "lag_sum")
+
+
+def _gap_sums(part: dict[str, Any], fwd_out: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A micro-batch's share of the gap figures (:func:`off_policy.mismatch_sums`)."""
+    return off_policy.mismatch_sums(
+        fwd_out["logp"].detach(), part["behaviour_logp"], part["response_mask"], part["token_lag"]
+    )
 
 
 class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
@@ -173,6 +189,7 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
         algorithm decides for all learners (default: from ``minibatch_size`` and this
         learner's trajectories), shuffled by ``plan_seed``."""
         batch = self._make_batch_if_necessary(training_data=training_data)
+        self._first_minibatch = True  # its forward pass still has the update's weights
         if minibatches_per_epoch is None:
             episodes = training_data.episodes or []
             minibatches_per_epoch = num_minibatches([len(episodes)], minibatch_size)
@@ -233,6 +250,8 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         loss_finite = True
+        gap = self.__dict__.pop("_first_minibatch", False)
+        gap_sums: dict[str, list[dict[str, torch.Tensor]]] = {mid: [] for mid in batch}
         parts: dict[str, list[dict[str, torch.Tensor]]] = {mid: [] for mid in batch}
         totals: dict[str, torch.Tensor] = {}
         fwd_out: dict[str, Any] = {}
@@ -260,6 +279,10 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
                 if blank:
                     _zero_weighted(fwd_out).backward()
                     continue
+                if gap:
+                    for mid, part in micro.items():
+                        if "token_lag" in part:
+                            gap_sums[mid].append(_gap_sums(part, fwd_out[mid]))
                 losses = {
                     mid: self.compute_loss_for_module(
                         module_id=mid,
@@ -278,6 +301,8 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
                 loss = loss.detach()
                 loss_finite &= bool(torch.isfinite(loss))
                 totals[mid] = totals[mid] + loss if mid in totals else loss
+        if gap:
+            self._log_gap(batch, gap_sums)
         for mid in batch:  # every update, so every iteration's result holds them
             for key, value in minibatch_logs(parts[mid], denoms[mid].world).items():
                 self.metrics.log_value((mid, key), value, window=1)
@@ -291,6 +316,27 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
                 self._no_sync(stack)
             self._apply_if_finite(self.postprocess_gradients(gradients), loss_finite)
         return fwd_out, totals, {}
+
+    def _log_gap(self, batch, sums: dict[str, list[dict[str, torch.Tensor]]]) -> None:
+        """The engine-learner gap of the update's first minibatch (its forward passes
+        ran before any step, with the weights the proximal log-probs would have),
+        reduced over all learners: the figures the learner connector logs for the
+        whole batch when it scores it again, here for free on a part of it."""
+        for mid in batch:
+            if "token_lag" not in batch[mid]:
+                continue  # the connector logged the whole batch's
+            total = {k: torch.zeros((), dtype=torch.float64) for k in off_policy.MAXIMA}
+            total.update({k: torch.zeros((), dtype=torch.float64) for k in _GAP_SUMS})
+            for part in sums[mid]:
+                for key, value in part.items():
+                    value = value.detach().double().cpu()
+                    best = torch.maximum(total[key], value)
+                    total[key] = best if key in off_policy.MAXIMA else total[key] + value
+            for key, value in total.items():
+                reduce = maximum_over_learners if key in off_policy.MAXIMA else summed_over_learners
+                total[key] = reduce(value.reshape(1), self._device)[0]
+            for key, value in off_policy.mismatch_stats(total).items():
+                self.metrics.log_value((mid, key), value, window=1)
 
     def _no_sync(self, stack: contextlib.ExitStack) -> None:
         """DDP: no gradient all-reduce inside ``stack``."""

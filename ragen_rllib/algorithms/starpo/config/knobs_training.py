@@ -210,9 +210,10 @@ LOSS = knobs(
     ),
     K(
         "log_rollout_mismatch",
-        True,
+        False,
         boolean(),
-        "log the engine-to-learner gap every update (one more forward without gradients)",
+        "measure the engine-to-learner gap on the whole batch (one more forward without "
+        "gradients; without it, on the first minibatch, for free)",
     ),
     K(
         "loss_agg",
