@@ -50,6 +50,10 @@ class RemoteEnvError(RuntimeError):
     """A remote env call failed: unreachable, timed out, closed, or refused."""
 
 
+class RemoteEnvTimeout(RemoteEnvError):
+    """A remote env call got no answer within ``timeout_s``."""
+
+
 def is_remote_id(env_id: Any) -> bool:
     return isinstance(env_id, str) and env_id.startswith(SCHEMES)
 
@@ -228,9 +232,17 @@ class OpenEnvTextEnv(gym.Env):
         payload = self.answer_to_action(action)
         try:
             result = self._call("step()", lambda: self._client.step(payload))
-        except RemoteEnvError:
+        except RemoteEnvTimeout:
             self._episode_socket = None  # the episode's state on the server is unknown now
             raise
+        except RemoteEnvError as err:
+            # The socket closed under the call, or closed just before it and the
+            # reconnection failed: either way the server-side episode is gone.
+            self._episode_socket = None
+            raise RemoteEnvError(
+                f"step(): the connection to {self.base_url} (and with it the server-side "
+                f"episode) was lost: {err}"
+            ) from None
         if self._socket() is not socket:  # answered on a new connection: another episode
             self._episode_socket = None
             raise RemoteEnvError(f"step(): the connection to {self.base_url} was replaced")
@@ -295,7 +307,7 @@ class OpenEnvTextEnv(gym.Env):
         except TimeoutError:
             if not future.done():
                 future.cancel()
-            raise RemoteEnvError(
+            raise RemoteEnvTimeout(
                 f"{what}: {self.base_url} did not answer within timeout_s={self.timeout_s:g}"
             ) from None
         except ConnectionError as err:
