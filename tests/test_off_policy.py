@@ -234,3 +234,18 @@ def test_partial_rollouts_load_posted_weights_at_the_next_turn_boundary(tmp_path
     assert out["loaded"] == 1
     assert out["kept"] == 0.0  # still the posted weights, not the queued junk
     assert out["version"] == 2
+
+
+def test_a_trajectory_pickled_before_the_new_fields_loads_with_their_defaults():
+    """A checkpoint's buffered trajectories from before per-token versions and
+    turn_cut existed: unpickled, they get the defaults and go through the batch."""
+    import pickle
+
+    t = _trajectory([(2, False)], rewards=[1.0])
+    del t.__dict__["turn_cut"], t.segments[0].__dict__["versions"]
+    old = pickle.loads(pickle.dumps(t))
+    assert old.turn_cut == [] and old.segments[0].versions == []
+    from ragen_rllib.connectors.learner import TrajectoriesToBatch
+
+    cols = TrajectoriesToBatch()(rl_module={}, batch={}, episodes=[old])["default_policy"]
+    assert cols["token_lag"].sum() == 0 and cols["cut_mask"].sum() == 0

@@ -16,12 +16,24 @@ RLlib calls these objects "episodes" in its connector and learner APIs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 
+class _FillsNewFields:
+    """Unpickling a record saved before a field existed (a checkpoint's buffered
+    trajectories) gives that field its default instead of leaving it missing."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for f in fields(self):
+            if f.name not in self.__dict__:
+                value = f.default_factory() if f.default_factory is not MISSING else f.default
+                self.__dict__[f.name] = value
+
+
 @dataclass
-class Segment:
+class Segment(_FillsNewFields):
     """One training sequence of a trajectory: token ids, with a response mask of 1 on
     the generated tokens, their behaviour log-probs (0 elsewhere) and the policy
     version of the weights that generated each (-1 on context tokens)."""
@@ -56,7 +68,7 @@ class Segment:
 
 
 @dataclass
-class Trajectory:
+class Trajectory(_FillsNewFields):
     """One multi-turn episode as tokens: what the env runner returns and the learner trains on.
 
     ``segments`` are the training sequences. With the whole history in context
