@@ -2,7 +2,8 @@
 
 The built-in model is cached in one temporary folder per session, so tests never
 read or write the user's ~/.cache. The helpers below are plain functions that test
-files import (``from conftest import ...``): a tiny StarPO config, a private-HOME
+files import (``from conftest import ...``): a tiny StarPO config, the loss's
+settings, a private-HOME
 environment for subprocesses, and a runner for scripts that print JSON.
 """
 
@@ -46,6 +47,33 @@ def tiny_config(**overrides: Any):
     from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 
     return StarPOConfig.from_user_dict(tiny_dict(**overrides))
+
+
+def loss_config(**overrides: Any):
+    """The loss's settings (what ``starpo_loss`` reads from a config) as a plain
+    namespace: every term on, PPO without rollout correction, ``overrides`` on top."""
+    from types import SimpleNamespace
+
+    base = dict(
+        loss_agg_used="token-mean",
+        loss_norm_tokens=8,
+        clip_low=0.2,
+        clip_high=0.28,
+        dual_clip=3.0,
+        entropy_coeff=0.01,
+        kl_coeff=0.05,
+        kl_estimator="k3",
+        vf_clip=0.5,
+        vf_loss_coeff=0.7,
+        policy_loss="ppo",
+        gspo_clip_low=3e-4,
+        gspo_clip_high=4e-4,
+        cispo_weight_cap=5.0,
+        rollout_correction="none",
+        rollout_correction_level="token",
+        rollout_correction_cap=2.0,
+    )
+    return SimpleNamespace(**{**base, **overrides})
 
 
 def frozenlake_gae_config(**overrides: Any):

@@ -5,10 +5,10 @@ factor included). No Ray."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import loss_config
 
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
 from ragen_rllib.learner.loss_terms import LOG_RATIO_BOUND, kl_penalty, policy_loss
@@ -73,22 +73,7 @@ def test_log_ratios_inside_the_bound_are_exact():
 
 
 # ----- one update's total loss, from an independent formula -----------------------------
-def config(**over):
-    base = dict(
-        loss_agg_used="token-mean",
-        clip_low=0.2,
-        clip_high=0.28,
-        dual_clip=3.0,
-        loss_norm_tokens=8,
-        entropy_coeff=0.01,
-        kl_coeff=0.05,
-        kl_estimator="k3",
-        vf_clip=0.5,
-        vf_loss_coeff=0.7,
-        policy_loss="ppo",
-        rollout_correction="none",
-    )
-    return SimpleNamespace(**{**base, **over})
+config = loss_config
 
 
 def random_batch(seed=0, rows=3, width=6):

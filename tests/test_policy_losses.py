@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import loss_config
 
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
 from ragen_rllib.learner.loss_terms import policy_loss
@@ -29,23 +29,18 @@ SEEDS = range(6)
 
 
 def config(**over):
-    base = dict(
-        loss_agg_used="token-mean",
-        loss_norm_tokens=8,
-        clip_low=0.2,
-        clip_high=0.28,
-        dual_clip=3.0,
-        policy_loss="ppo",
-        gspo_clip_low=0.03,  # wider than GSPO's default, so that both sides of the
-        gspo_clip_high=0.04,  # clip occur in small random batches
-        cispo_weight_cap=1.3,
-        rollout_correction="none",
-        rollout_correction_level="token",
-        rollout_correction_cap=1.5,
-        entropy_coeff=0.0,
-        kl_coeff=0.0,
+    """The loss menu's settings on random batches: no entropy or KL term."""
+    return loss_config(
+        **{
+            "gspo_clip_low": 0.03,  # wider than GSPO's default, so that both sides of
+            "gspo_clip_high": 0.04,  # the clip occur in small random batches
+            "cispo_weight_cap": 1.3,
+            "rollout_correction_cap": 1.5,
+            "entropy_coeff": 0.0,
+            "kl_coeff": 0.0,
+            **over,
+        }
     )
-    return SimpleNamespace(**{**base, **over})
 
 
 def random_batch(seed, rows=5, width=9):

@@ -30,13 +30,9 @@ from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 
-from ragen_rllib.distributed.collectives import (
-    agreed_count,
-    is_sharded,
-    maximum_over_learners,
-    summed_over_learners,
-)
+from ragen_rllib.distributed.collectives import agreed_count, is_sharded, summed_over_learners
 from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.learner.loss import gap_over_learners
 from ragen_rllib.maths import advantages as adv
 from ragen_rllib.maths import off_policy
 from ragen_rllib.maths.batching import fill_plan, from_stream, microbatch_rows, take_rows, to_stream
@@ -212,10 +208,7 @@ class RecomputeLogProbs(ConnectorV2):
                 torch.from_numpy(cols["response_mask"]),
                 torch.from_numpy(token_lag),
             )
-            for key, value in sums.items():
-                reduce = maximum_over_learners if key in off_policy.MAXIMA else summed_over_learners
-                sums[key] = reduce(value.reshape(1).double(), device)[0]
-            for key, value in off_policy.mismatch_stats(sums).items():
+            for key, value in gap_over_learners(sums, device).items():
                 metrics.log_value((DEFAULT_MODULE_ID, key), value, window=1)
         return batch
 
@@ -224,36 +217,36 @@ def learner_logprobs(module, cols: dict[str, Any], device, max_tokens) -> torch.
     """The actor's log-probs of a [R, T] batch's response tokens, without gradients, in
     micro-batches of at most ``max_tokens`` padded tokens  # -> [R, T] fp32 on the CPU."""
     names = ("input_ids", "attention_mask", "response_mask")
-    full = {k: torch.from_numpy(cols[k]) for k in names}
-    out = torch.zeros(full["input_ids"].shape, dtype=torch.float32)
-    plan = microbatch_rows(full["attention_mask"].sum(1).tolist(), max_tokens)
-    if any(is_sharded(p) for p in module.parameters()):
-        plan = fill_plan(plan, agreed_count(len(plan), device))  # FSDP: passes in step
-    with torch.no_grad():
-        for rows in plan:
-            part = take_rows(full, rows or [0])
-            logp = module.score({k: v.to(device) for k, v in part.items()})["logp"]
-            if rows:
-                out[torch.as_tensor(rows), : logp.shape[1]] = logp.float().cpu()
-    return out
+    rows = {k: torch.from_numpy(cols[k]) for k in names}
+    return _by_microbatches(module, rows, device, max_tokens, lambda b: module.score(b)["logp"])
 
 
 def critic_values(module, input_ids, attention_mask, device, max_tokens) -> torch.Tensor:
     """The critic's values for a [R, T] batch, in micro-batches of at most
     ``max_tokens`` padded tokens (None: one pass)  # -> [R, T] fp32 on the CPU."""
-    ids, attn = torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
-    out = torch.zeros(ids.shape, dtype=torch.float32)
-    plan = microbatch_rows(attn.sum(1).tolist(), max_tokens)
+    rows = {
+        "input_ids": torch.from_numpy(input_ids),
+        "attention_mask": torch.from_numpy(attention_mask),
+    }
+    return _by_microbatches(module, rows, device, max_tokens, module.compute_values)
+
+
+def _by_microbatches(module, rows: dict[str, torch.Tensor], device, max_tokens, forward):
+    """``forward`` (a [r, t] output per micro-batch) over a [R, T] batch without
+    gradients, in micro-batches of at most ``max_tokens`` padded tokens  # -> [R, T]
+    fp32 on the CPU."""
+    out = torch.zeros(rows["input_ids"].shape, dtype=torch.float32)
+    plan = microbatch_rows(rows["attention_mask"].sum(1).tolist(), max_tokens)
     if any(is_sharded(p) for p in module.parameters()):
-        # FSDP: each forward gathers the critic's layers from all learners, which must
+        # FSDP: each forward gathers the layers from all learners, which must
         # therefore run as many passes as the learner with the most.
         plan = fill_plan(plan, agreed_count(len(plan), device))
     with torch.no_grad():
-        for rows in plan:
-            part = take_rows({"input_ids": ids, "attention_mask": attn}, rows or [0])
-            values = module.compute_values({k: v.to(device) for k, v in part.items()})
-            if rows:
-                out[torch.as_tensor(rows), : values.shape[1]] = values.float().cpu()
+        for part_rows in plan:
+            part = take_rows(rows, part_rows or [0])
+            values = forward({k: v.to(device) for k, v in part.items()})
+            if part_rows:
+                out[torch.as_tensor(part_rows), : values.shape[1]] = values.float().cpu()
     return out
 
 

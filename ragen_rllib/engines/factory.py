@@ -36,7 +36,7 @@ def make_engine(config, model_path: str, tokenizer) -> RolloutEngine:
         return VLLMEngine(
             model_path,
             eos_token_id=tokenizer.eos_token_id,
-            dtype=config.engine_dtype or config.model_dtype,
+            dtype=config.engine_dtype_used,
             max_model_len=config.max_context_tokens,
             temperature=config.temperature,
             top_p=config.top_p,
@@ -53,7 +53,7 @@ def make_engine(config, model_path: str, tokenizer) -> RolloutEngine:
         model_path,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id if pad is None else pad,
-        dtype=config.engine_dtype or config.model_dtype,
+        dtype=config.engine_dtype_used,
         device=device,
         max_batch_size=config.rollout_batch_size,
         sleep_level=level,

@@ -25,9 +25,13 @@ from typing import Any
 
 import torch
 
-from ragen_rllib.distributed.collectives import learner_count, summed_over_learners
+from ragen_rllib.distributed.collectives import (
+    learner_count,
+    maximum_over_learners,
+    summed_over_learners,
+)
 from ragen_rllib.learner.loss_terms import aggregate_loss, kl_penalty, policy_loss, value_loss
-from ragen_rllib.maths.off_policy import correction_weights
+from ragen_rllib.maths import off_policy
 
 #: Logged terms that are a micro-batch's share of the minibatch's value: summed over
 #: micro-batches, and over learners (see :func:`starpo_loss`). Maxima are maxima.
@@ -84,7 +88,7 @@ def starpo_loss(
     old_logp, weights, correction = batch["behaviour_logp"], None, {}
     if config.rollout_correction != "none":  # decoupled PPO: clip against the proximal
         old_logp = batch["proximal_logp"]
-        weights, correction = correction_weights(
+        weights, correction = off_policy.correction_weights(
             batch["proximal_logp"],
             batch["behaviour_logp"],
             mask,
@@ -154,3 +158,13 @@ def minibatch_logs(parts: list[dict[str, torch.Tensor]], world: int) -> dict[str
         values = torch.stack([p[key].float() for p in parts if key in p])
         out[key] = values.max() if key in MAXIMA else values.sum() * world
     return out
+
+
+def gap_over_learners(sums: dict[str, torch.Tensor], device) -> dict[str, float]:
+    """The gap's figures from this learner's :func:`~ragen_rllib.maths.off_policy.mismatch_sums`,
+    reduced over all learners (a collective: every learner calls it)."""
+    reduced = {}
+    for key, value in sums.items():
+        reduce = maximum_over_learners if key in off_policy.MAXIMA else summed_over_learners
+        reduced[key] = reduce(value.detach().double().cpu().reshape(1), device)[0]
+    return off_policy.mismatch_stats(reduced)

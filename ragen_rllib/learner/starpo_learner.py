@@ -25,14 +25,9 @@ import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from ragen_rllib.console import no_progress_bars
-from ragen_rllib.distributed.collectives import (
-    agreed_count,
-    full,
-    maximum_over_learners,
-    summed_over_learners,
-)
+from ragen_rllib.distributed.collectives import agreed_count, full
 from ragen_rllib.learner.fsdp import FSDPLearnerMixin
-from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
+from ragen_rllib.learner.loss import Denominators, gap_over_learners, minibatch_logs, starpo_loss
 from ragen_rllib.learner.minibatches import TrajectoryMinibatches
 from ragen_rllib.maths import off_policy
 from ragen_rllib.maths.batching import fill_plan, microbatch_rows, num_minibatches, take_rows
@@ -65,9 +60,6 @@ def _zero_weighted(fwd_out: dict[str, Any]) -> torch.Tensor:
     if not parts:
         raise RuntimeError("a forward pass produced no output that needs a gradient")
     return 0.0 * torch.stack(parts).sum()
-
-
-_GAP_SUMS = ("same_kl_sum", "same_tokens", "all_kl_sum", "all_tokens", "lag_sum")
 
 
 def _gap_sums(part: dict[str, Any], fwd_out: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -325,17 +317,8 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
         for mid in batch:
             if "token_lag" not in batch[mid]:
                 continue  # the connector logged the whole batch's
-            total = {k: torch.zeros((), dtype=torch.float64) for k in off_policy.MAXIMA}
-            total.update({k: torch.zeros((), dtype=torch.float64) for k in _GAP_SUMS})
-            for part in sums[mid]:
-                for key, value in part.items():
-                    value = value.detach().double().cpu()
-                    best = torch.maximum(total[key], value)
-                    total[key] = best if key in off_policy.MAXIMA else total[key] + value
-            for key, value in total.items():
-                reduce = maximum_over_learners if key in off_policy.MAXIMA else summed_over_learners
-                total[key] = reduce(value.reshape(1), self._device)[0]
-            for key, value in off_policy.mismatch_stats(total).items():
+            merged = off_policy.merged_sums(sums[mid])
+            for key, value in gap_over_learners(merged, self._device).items():
                 self.metrics.log_value((mid, key), value, window=1)
 
     def _no_sync(self, stack: contextlib.ExitStack) -> None:

@@ -120,6 +120,18 @@ def mismatch_sums(
 MAXIMA = ("same_abs_max", "lag_max")
 
 
+def merged_sums(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Several micro-batches' :func:`mismatch_sums` as one batch's (sums added,
+    maxima maximised; all 0 when there are none)."""
+    empty = torch.zeros((1, 1))
+    out = {k: v.double() for k, v in mismatch_sums(empty, empty, empty, empty).items()}
+    for part in parts:
+        for key, value in part.items():
+            value = value.detach().double().cpu()
+            out[key] = torch.maximum(out[key], value) if key in MAXIMA else out[key] + value
+    return out
+
+
 def mismatch_stats(sums: dict[str, torch.Tensor]) -> dict[str, float]:
     """The logged metrics from (reduced) :func:`mismatch_sums`. The same-weights
     figures are absent when no token was sampled with the learner's weights."""

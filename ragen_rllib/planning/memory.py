@@ -238,7 +238,7 @@ def engine_lines(
     config, shape: ModelShape, sequences: int, card_bytes: int | None, shares_weights: bool
 ) -> list[Line]:
     """A rollout engine holding ``sequences`` trajectories at the context limit."""
-    dtype = config.engine_dtype or config.model_dtype
+    dtype = config.engine_dtype_used
     b = DTYPE_BYTES[dtype]
     lines = []
     if shares_weights:

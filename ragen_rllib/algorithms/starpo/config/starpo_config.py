@@ -95,6 +95,11 @@ class StarPOConfigBase(AlgorithmConfig):
         return self.estimator.default_reward_norm
 
     @property
+    def engine_dtype_used(self) -> str:
+        """``engine_dtype``, or ``model_dtype`` when that is null."""
+        return self.engine_dtype or self.model_dtype
+
+    @property
     def loss_agg_used(self) -> str:
         """``loss_agg``, or the estimator's own when that is null."""
         return self.loss_agg if self.loss_agg is not None else self.estimator.default_loss_agg
