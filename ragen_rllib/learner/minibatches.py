@@ -40,7 +40,8 @@ class TrajectoryMinibatches:
         # module id -> per row, its minibatch in each epoch  # [R, epochs]
         self.row_plans: dict[str, np.ndarray] = {}
         for mid, module_batch in batch.policy_batches.items():
-            owner = np.asarray(module_batch["row_trajectory"])
+            owner = module_batch["row_trajectory"]  # on the learner's device by now
+            owner = owner.cpu().numpy() if torch.is_tensor(owner) else np.asarray(owner)
             _, trajectory = np.unique(owner, return_inverse=True)
             count = int(trajectory.max()) + 1 if len(owner) else 0
             plan = minibatch_plan(count, num_minibatches, num_epochs, shuffle, seed)
