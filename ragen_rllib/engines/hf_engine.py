@@ -17,6 +17,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from ragen_rllib.console import no_progress_bars
 from ragen_rllib.engines.base import GenerateRequest, Generation, RolloutEngine, SamplingParams
+from ragen_rllib.models.attention import avoid_per_shape_attention_kernels
 
 
 @dataclass
@@ -158,6 +159,8 @@ class HFEngine(RolloutEngine):
     ) -> None:
         from transformers import AutoModelForCausalLM
 
+        if torch.device(device).type == "cuda":
+            avoid_per_shape_attention_kernels()
         with no_progress_bars():
             model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model = model.to(device)

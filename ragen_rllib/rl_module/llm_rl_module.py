@@ -32,6 +32,7 @@ from torch import nn
 
 from ragen_rllib.console import no_progress_bars, quiet
 from ragen_rllib.distributed.collectives import full, is_sharded
+from ragen_rllib.models.attention import avoid_per_shape_attention_kernels
 from ragen_rllib.models.lora import LoraSettings, adapter_weights
 from ragen_rllib.models.lora import wrap as wrap_lora
 from ragen_rllib.rl_module import packing
@@ -54,6 +55,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         from transformers import AutoModel, AutoModelForCausalLM
 
         cfg = self.model_config
+        avoid_per_shape_attention_kernels()
         # Trained weights (and so the optimizer's updates and moments) stay float32:
         # an update of lr=1e-6 is far below bfloat16's resolution and would round
         # away. "bfloat16" is the compute dtype, through autocast, as in mixed precision.
