@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# The checks a GPU machine is measured with, in one run, most important first:
+# bench/bench_gpu.py on the Qwen2.5-0.5B shape (random weights, bf16, learner and
+# HF engine colocated, the engine released during each update) as shipped
+# (gradient checkpointing on), with LoRA, and with checkpointing off; then, when
+# the SmolLM2 GGUF file is given, the real model's Bandit example.
+#
+#   bash bench/gpu_run.sh OUT_DIR          # a GPU machine
+#   bash bench/gpu_run.sh --cpu OUT_DIR    # the same runs at a tiny size on CPU (CI runs this)
+#
+# OUT_DIR gets four files: facts.txt (python, torch, the GPU), results.jsonl (one
+# JSON object per run that ended, bench_gpu.py's figures plus its name), runs.log
+# (every run's output) and summary.txt (each run's exit status and time). A run
+# that fails or outlasts its limit is written down and the next one starts.
+#
+# Environment:
+#   WHEELS=DIR     wheels (*.whl) and unpacked packages (*.tar.xz) to install first,
+#                  each only when what it provides is not importable already (for a
+#                  machine without network: the device has torch but not Ray)
+#   SITE=DIR       where they go, put first on PYTHONPATH (default /tmp/ragen-site)
+#   ITERATIONS=N   timed iterations per run, after one warm-up (default 2; 1 on CPU)
+#   RUN_TIMEOUT=S  one run's limit in seconds (default 300)
+#   DEADLINE=S     all runs' limit in seconds, counted from the script's start: a
+#                  run gets what is left of it when less than RUN_TIMEOUT (default: none)
+#   GGUF=FILE      SmolLM2-135M-Instruct's .gguf: adds the Bandit example's run
+#   ONLY=a,b       the runs to do (default: all): sokoban, lora, no-ckpt, bandit
+set -uo pipefail
+
+DEVICE=cuda
+if [[ "${1:-}" == "--cpu" ]]; then
+  DEVICE=cpu
+  shift
+fi
+if [[ $# -ne 1 ]]; then
+  echo "usage: bash bench/gpu_run.sh [--cpu] OUT_DIR" >&2
+  exit 2
+fi
+OUT_DIR=$1
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+SITE=${SITE:-/tmp/ragen-site}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+ONLY=${ONLY:-sokoban,lora,no-ckpt,bandit}
+mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+: >"$OUT_DIR/results.jsonl"
+: >"$OUT_DIR/runs.log"
+: >"$OUT_DIR/summary.txt"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+# ----- what travelled: installed where it is missing -----------------------------
+if [[ -n "${WHEELS:-}" ]]; then
+  mkdir -p "$SITE"
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  "$PYTHON" - "$WHEELS" "$SITE" <<'EOF' || exit 1
+import importlib.util
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+wheels, site = Path(sys.argv[1]), Path(sys.argv[2])
+
+
+def top_names(names):
+    """The importable top-level names among an archive's member paths."""
+    tops = {n.split("/")[0] for n in names}
+    out = set()
+    for top in tops:
+        if top.endswith((".dist-info", ".data", ".pth")) or not top:
+            continue
+        out.add(top.split(".")[0])
+    return out
+
+
+def missing(names):
+    return not names or any(importlib.util.find_spec(n) is None for n in names)
+
+
+wanted, present = [], []
+for path in sorted(wheels.glob("*.whl")):
+    names = top_names(zipfile.ZipFile(path).namelist())
+    (wanted if missing(names) else present).append(path)
+if present:
+    print("install: already importable, left out:", " ".join(p.name for p in present))
+if wanted:
+    print("install:", " ".join(p.name for p in wanted))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+         "--no-compile", "--upgrade", "--target", str(site), *map(str, wanted)],
+        check=True,
+    )  # fmt: skip
+for path in sorted(wheels.glob("*.tar.xz")):
+    with tarfile.open(path) as archive:
+        names = top_names(archive.getnames())
+    if missing(names):
+        print(f"install: {path.name} -> {site}")
+        subprocess.run(["tar", "-xJf", str(path), "-C", str(site)], check=True)
+    else:
+        print(f"install: {path.name}: already importable, left out")
+EOF
+fi
+# The project from this checkout when it is not installed (envs/ is ragen_envs).
+if ! "$PYTHON" -c "import ragen_rllib, ragen_envs" 2>/dev/null; then
+  LINKS=$(mktemp -d)
+  ln -s "$ROOT/ragen_rllib" "$LINKS/ragen_rllib"
+  ln -s "$ROOT/envs" "$LINKS/ragen_envs"
+  export PYTHONPATH="$LINKS:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+# ----- the machine -----------------------------------------------------------------
+{
+  date -u
+  "$PYTHON" - <<'EOF'
+import platform
+import torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("gpu", p.name, f"{p.total_memory / 2**30:.1f} GiB", p.multi_processor_count, "SMs")
+for name in ("transformers", "ray", "gymnasium", "peft", "numpy", "pyarrow"):
+    try:
+        module = __import__(name)
+        print(name, module.__version__)
+    except Exception as exc:  # noqa: BLE001 - a fact to record, whatever it is
+        print(name, "not importable:", type(exc).__name__, exc)
+EOF
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+} >"$OUT_DIR/facts.txt" 2>&1
+cat "$OUT_DIR/facts.txt"
+
+# ----- the runs ----------------------------------------------------------------------
+if [[ $DEVICE == cuda ]]; then
+  ITERATIONS=${ITERATIONS:-2}
+  DTYPE=bfloat16
+  # The 0.5B shape is built once and shared by the runs.
+  BASE=(--device cuda --dtype $DTYPE --model qwen05b --build-dir "${TMPDIR:-/tmp}/qwen05b-shape")
+else
+  ITERATIONS=${ITERATIONS:-1}
+  DTYPE=float32
+  BASE=(--device cpu --dtype $DTYPE --model builtin --tiny)
+fi
+failed=0
+
+run() {  # run NAME ARGS...: one bench_gpu.py run, its figures appended to results.jsonl
+  local name=$1
+  shift
+  [[ ",$ONLY," == *",$name,"* ]] || return 0
+  local json="$OUT_DIR/$name.json" start=$SECONDS rc limit=$RUN_TIMEOUT
+  if [[ -n "${DEADLINE:-}" ]] && ((DEADLINE - SECONDS < limit)); then
+    limit=$((DEADLINE - SECONDS))
+    if ((limit < 30)); then
+      echo "$name skipped: ${limit}s left of DEADLINE" | tee -a "$OUT_DIR/summary.txt"
+      return 0
+    fi
+  fi
+  echo "=== $name: bench/bench_gpu.py $*" | tee -a "$OUT_DIR/runs.log"
+  timeout --kill-after=10 "$limit" "$PYTHON" "$ROOT/bench/bench_gpu.py" "$@" \
+    --iterations "$ITERATIONS" --json "$json" >>"$OUT_DIR/runs.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 && -s $json ]]; then
+    "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["run"]=sys.argv[2]; print(json.dumps(d))' \
+      "$json" "$name" >>"$OUT_DIR/results.jsonl"
+    cat "$json"
+  else
+    failed=1
+    echo "--- $name failed (exit $rc); the end of its output:"
+    tail -n 25 "$OUT_DIR/runs.log"
+  fi
+  rm -f "$json"
+  echo "$name exit=$rc seconds=$((SECONDS - start))" | tee -a "$OUT_DIR/summary.txt"
+}
+
+run sokoban "${BASE[@]}"
+run lora "${BASE[@]}" --config '{"lora_rank": 64}'
+run no-ckpt "${BASE[@]}" --config '{"gradient_checkpointing": false}'
+if [[ -n "${GGUF:-}" ]]; then
+  run bandit --device "$DEVICE" --dtype "$DTYPE" --model "$GGUF" \
+    --file "$ROOT/tuned_examples/bandit_smollm2_cpu.yaml"
+fi
+exit $failed
