@@ -110,14 +110,14 @@ def test_a_history_rendered_differently_starts_a_segment(tokenizer, change):
         third = [{"role": "system", "content": "Be brief."}, *third]
     ids3 = rec.prompt_ids(third, tools)
     traj = rec.trajectory
-    assert rec.segments_started == 2 and len(traj.segments) == 2
-    # The new segment is the request as rendered, all context; the answers sampled so
-    # far stay in the first segment exactly as sampled.
-    assert traj.segments[1].input_ids == ids3 == rendered_ids(tok, third, tools)
-    assert sum(traj.segments[1].response_mask) == 0
-    assert generated_ids(traj) == [a1 + a2, []]
+    assert len(traj.segments) == 1  # nothing recorded before the answer
     a3 = tok.encode("Left.", add_special_tokens=False) + [tok.eos_token_id]
     answer(rec, tok, a3, "Left.")
+    assert rec.segments_started == 2 and len(traj.segments) == 2
+    # The new segment is the request as rendered, all context, then its answer; the
+    # answers sampled before stay in the first segment exactly as sampled.
+    assert traj.segments[1].input_ids == ids3 + a3
+    assert ids3 == rendered_ids(tok, third, tools)
     assert generated_ids(traj) == [a1 + a2, a3]
     # Turns are answers; their rewards come with the agent's result.
     assert [span[0] for span in traj.turn_spans] == [0, 0, 1]

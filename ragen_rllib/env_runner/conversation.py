@@ -86,15 +86,19 @@ class ConversationRecorder:
 
     Call :meth:`prompt_ids` with a request's messages (and tools) to get the ids
     to generate from, then :meth:`record_answer` with what the engine sampled and
-    the message returned to the agent. ``segments_started`` counts the requests
-    that could not extend the recorded ids (the first one included)."""
+    the message returned to the agent: only then does the trajectory change, so a
+    request refused or failed in between leaves no trace. ``segments_started``
+    counts the answers that could not extend the recorded ids (the first one
+    included)."""
 
     def __init__(self, tokenizer: Any, trajectory: Trajectory) -> None:
         self.tokenizer = tokenizer
         self.trajectory = trajectory
         self._chat = ChatFormat(tokenizer, system_prompt=None, prefill="")
         self._last: _Answered | None = None
-        self._pending: tuple[list[dict[str, Any]], Any, list[int]] | None = None
+        #: the request being answered: messages, tools, prompt ids, and the ids that
+        #: extend the recorded ones (None: the prompt opens a new segment)
+        self._pending: tuple[list[dict[str, Any]], Any, list[int], list[int] | None] | None = None
         self.segments_started = 0
 
     def _render(self, messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
@@ -129,12 +133,9 @@ class ConversationRecorder:
         if extension is not None:
             last = self._last
             ids = last.prompt_ids + last.answer_ids + extension
-            self.trajectory.append_context(extension)
         else:
             ids = self._encode(self._render(messages, tools, generation=True))
-            self.trajectory.start_segment(ids)
-            self.segments_started += 1
-        self._pending = (messages, tools, ids)
+        self._pending = (messages, tools, ids, extension)
         return ids
 
     def record_answer(
@@ -152,8 +153,13 @@ class ConversationRecorder:
         answer stopped at its token limit."""
         if self._pending is None:
             raise RuntimeError("record_answer() without a prompt_ids() request before it")
-        messages, tools, ids = self._pending
+        messages, tools, ids, extension = self._pending
         self._pending = None
+        if extension is not None:
+            self.trajectory.append_context(extension)
+        else:
+            self.trajectory.start_segment(ids)
+            self.segments_started += 1
         self.trajectory.append_generation(
             list(answer_ids), list(behaviour_logp), version=version, cut=cut
         )

@@ -1,0 +1,351 @@
+"""An OpenAI-compatible chat completions server in front of a rollout engine.
+
+An agent program written against the ``openai`` client (or raw HTTP) points its
+``base_url`` here and is trained unchanged: every request is answered by the
+run's engine, with the run's policy, and recorded token-in, token-out into the
+trajectory its API key names (:class:`~ragen_rllib.env_runner.conversation.ConversationRecorder`).
+
+- ``POST /v1/chat/completions`` and ``GET /v1/models``, on FastAPI and uvicorn,
+  bound to 127.0.0.1 by default.
+- Each trajectory gets its own key (:meth:`Gateway.open`); a request with an
+  unknown key is refused (401), one for a finished trajectory too (409): a
+  request never silently starts a trajectory.
+- Sampling is the run's. ``temperature`` must be the run's (the learner scores
+  the answers at it), ``top_p`` at most the run's, ``max_tokens`` at most
+  ``max_new_tokens``; beyond, 400 naming the field and what is allowed. So are
+  bad JSON, unknown fields, ``n`` > 1 and streaming; a body over the size
+  limit is 413; a prompt that leaves no room for an answer in
+  ``max_context_tokens`` is 400 with code ``context_length_exceeded``.
+- Requests from many agents are answered in batches: a request waits a few
+  milliseconds for others before the engine runs them together.
+- With ``tools``, the template renders them and the answer's calls come back
+  as ``tool_calls``; an answer whose calls do not parse is returned as plain
+  content and counted (``tool_parse_failures``).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ragen_rllib.chat.tool_calls import parse_tool_calls, template_has_tool_calls
+from ragen_rllib.engines.base import Generation, RolloutEngine, SamplingParams
+from ragen_rllib.env_runner.conversation import ConversationRecorder
+from ragen_rllib.env_runner.trajectory import Trajectory
+
+
+class GatewayError(Exception):
+    """A request refused: the HTTP status, and a message naming what was wrong."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "code": self.code}}
+
+
+class Message(BaseModel):
+    """A chat message; the fields the ``openai`` client writes when an agent sends a
+    returned message back are accepted (and those without a use here ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: Any = None
+    function_call: Any = None
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = None
+    stream: bool | None = None
+    seed: int | None = None
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class GatewayLimits:
+    """The run's settings a request is held to."""
+
+    model: str
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    max_context_tokens: int
+    max_body_bytes: int = 1 << 20
+    #: how long a request waits for others to share its engine batch
+    batch_wait_s: float = 0.005
+    max_batch: int = 256
+
+
+class _Batcher:
+    """Runs the engine on the requests that arrive together, in one thread."""
+
+    def __init__(self, engine: RolloutEngine, wait_s: float, max_batch: int, seed: int) -> None:
+        self.engine, self.wait_s, self.max_batch = engine, wait_s, max_batch
+        self._queue: list[tuple[list[int], SamplingParams, Future]] = []
+        self._cond = threading.Condition()
+        self._calls = 0
+        self._seed = seed
+        self._closed = False
+        self.batches: list[int] = []  # the size of each engine call
+        self._thread = threading.Thread(target=self._loop, name="gateway-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt: list[int], params: SamplingParams) -> Future:
+        future: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise GatewayError(503, "the gateway is shutting down")
+            self._queue.append((prompt, params, future))
+            self._cond.notify()
+        return future
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed and not self._queue:
+                    return
+            time.sleep(self.wait_s)  # let the requests arriving together join
+            with self._cond:
+                taken, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
+            by_params: dict[SamplingParams, list[tuple[list[int], Future]]] = {}
+            for prompt, params, future in taken:
+                by_params.setdefault(params, []).append((prompt, future))
+            for params, items in by_params.items():
+                self._run(params, items)
+
+    def _run(self, params: SamplingParams, items: list[tuple[list[int], Future]]) -> None:
+        self._calls += 1
+        self.batches.append(len(items))
+        try:
+            out: list[Generation] = self.engine.generate(
+                [p for p, _ in items], params, seed=self._seed + self._calls
+            )
+        except Exception as exc:  # noqa: BLE001 - every waiting request hears of it
+            for _, future in items:
+                future.set_exception(exc)
+            return
+        for (_, future), generation in zip(items, out, strict=True):
+            future.set_result((generation, self.engine.policy_version))
+
+
+class _Conversation:
+    def __init__(self, recorder: ConversationRecorder) -> None:
+        self.recorder = recorder
+        self.lock = threading.Lock()
+        self.finished = False
+        self.requests = 0
+
+
+class Gateway:
+    """Chat completions for agents, answered by ``engine`` and recorded per key."""
+
+    def __init__(self, engine: RolloutEngine, tokenizer: Any, limits: GatewayLimits, seed: int = 0):
+        self.engine, self.tokenizer, self.limits = engine, tokenizer, limits
+        self.tools_supported = template_has_tool_calls(getattr(tokenizer, "chat_template", None))
+        self._conversations: dict[str, _Conversation] = {}
+        self._lock = threading.Lock()
+        self._batcher = _Batcher(engine, limits.batch_wait_s, limits.max_batch, seed)
+        self.counts: Counter[str] = Counter()
+        self._server = None
+        self._thread: threading.Thread | None = None
+
+    # ----- trajectories ------------------------------------------------------------
+    def open(self, trajectory: Trajectory) -> str:
+        """A new key whose requests are recorded into ``trajectory``."""
+        key = "rg-" + secrets.token_urlsafe(24)
+        with self._lock:
+            self._conversations[key] = _Conversation(
+                ConversationRecorder(self.tokenizer, trajectory)
+            )
+        return key
+
+    def close(self, key: str) -> tuple[Trajectory, int]:
+        """Finish ``key``'s trajectory (later requests get 409): the trajectory and how
+        many requests it answered. Waits for a request in flight to end."""
+        conversation = self._conversations[key]
+        with conversation.lock:
+            conversation.finished = True
+        return conversation.recorder.trajectory, conversation.requests
+
+    def knows(self, key: str | None) -> bool:
+        return (key or "") in self._conversations
+
+    # ----- one request -------------------------------------------------------------
+    def _conversation(self, key: str | None) -> _Conversation:
+        conversation = self._conversations.get(key or "")
+        if conversation is None:
+            raise GatewayError(401, "unknown API key: use the key the runner gave the agent")
+        if conversation.finished:
+            raise GatewayError(409, "this trajectory is finished; its key takes no requests")
+        return conversation
+
+    def _sampling(self, request: ChatRequest) -> SamplingParams:
+        lim = self.limits
+        if request.n not in (None, 1):
+            raise GatewayError(400, f"n={request.n} is not supported: one answer per request")
+        if request.stream:
+            raise GatewayError(400, "stream=true is not supported: ask without streaming")
+        if request.temperature is not None and request.temperature != lim.temperature:
+            raise GatewayError(
+                400,
+                f"temperature={request.temperature} is not allowed: this run samples at "
+                f"temperature {lim.temperature} (leave it out or send that value)",
+            )
+        if request.top_p is not None and not 0.0 < request.top_p <= lim.top_p:
+            raise GatewayError(400, f"top_p={request.top_p} is not allowed: (0, {lim.top_p}]")
+        asked = request.max_completion_tokens or request.max_tokens
+        if asked is not None and not 1 <= asked <= lim.max_new_tokens:
+            raise GatewayError(400, f"max_tokens={asked} is not allowed: 1 to {lim.max_new_tokens}")
+        return SamplingParams(
+            lim.temperature, request.top_p or lim.top_p, asked or lim.max_new_tokens
+        )
+
+    def complete(self, key: str | None, body: bytes) -> dict[str, Any]:
+        """Answer one chat completions request (raises :class:`GatewayError`)."""
+        try:
+            return self._complete(key, body)
+        except GatewayError as err:
+            self.counts[f"refused_{err.status}"] += 1
+            raise
+
+    def _complete(self, key: str | None, body: bytes) -> dict[str, Any]:
+        conversation = self._conversation(key)
+        if len(body) > self.limits.max_body_bytes:
+            raise GatewayError(413, f"the body is over {self.limits.max_body_bytes} bytes")
+        try:
+            request = ChatRequest.model_validate(json.loads(body))
+        except json.JSONDecodeError as err:
+            raise GatewayError(400, f"the body is not JSON: {err}") from None
+        except ValidationError as err:
+            where = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors()
+            )
+            raise GatewayError(400, f"invalid request: {where}"[:2000]) from None
+        params = self._sampling(request)
+        if not request.messages:
+            raise GatewayError(400, "messages is empty")
+        if not conversation.lock.acquire(blocking=False):
+            raise GatewayError(409, "this trajectory has a request in flight: one at a time")
+        try:
+            if conversation.finished:
+                raise GatewayError(409, "this trajectory is finished; its key takes no requests")
+            return self._answer(conversation, request, params)
+        finally:
+            conversation.lock.release()
+
+    def _answer(self, conversation: _Conversation, request: ChatRequest, params: SamplingParams):
+        messages = [m.model_dump(exclude_none=True, include=_KEPT) for m in request.messages]
+        tools = request.tools or None
+        recorder = conversation.recorder
+        try:
+            prompt = recorder.prompt_ids(messages, tools)
+        except Exception as err:  # noqa: BLE001 - the template refused these messages
+            raise GatewayError(
+                400, f"the chat template cannot render these messages: {err}"
+            ) from None
+        room = self.limits.max_context_tokens - len(prompt)
+        if room < 1:
+            raise GatewayError(
+                400,
+                f"the prompt is {len(prompt)} tokens, max_context_tokens is "
+                f"{self.limits.max_context_tokens}: no room for an answer",
+                code="context_length_exceeded",
+            )
+        params = SamplingParams(params.temperature, params.top_p, min(params.max_new_tokens, room))
+        generation, version = self._batcher.submit(prompt, params).result()
+        text = self.tokenizer.decode(generation.ids, skip_special_tokens=True)
+        conversation.requests += 1
+        self.counts["requests"] += 1
+        if tools and self.tools_supported:
+            names = {t.get("function", {}).get("name") for t in tools}
+            parsed = parse_tool_calls(text, names, call_id=f"call_{conversation.requests}")
+            if parsed.error:
+                self.counts["tool_parse_failures"] += 1
+            reply = parsed.message()
+        else:
+            reply = {"role": "assistant", "content": text}
+        cut = not generation.ended_with_eos and len(generation.ids) >= params.max_new_tokens
+        recorder.record_answer(
+            generation.ids,
+            generation.behaviour_logp,
+            version,
+            ended_with_eos=generation.ended_with_eos,
+            reply=reply,
+            cut=cut,
+        )
+        finish = "length" if cut else ("tool_calls" if reply.get("tool_calls") else "stop")
+        return {
+            "id": f"chatcmpl-{secrets.token_hex(8)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.limits.model,
+            "choices": [{"index": 0, "message": reply, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(generation.ids),
+                "total_tokens": len(prompt) + len(generation.ids),
+            },
+        }
+
+    # ----- the HTTP server ---------------------------------------------------------
+    def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Start serving in a background thread; the base URL (``.../v1``)."""
+        import uvicorn
+
+        from ragen_rllib.env_runner.gateway_app import make_app
+
+        app = make_app(self, GatewayError)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="gateway", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway did not start on {host}:{port}")
+            time.sleep(0.01)
+        bound = self._server.servers[0].sockets[0].getsockname()
+        return f"http://{host}:{bound[1]}/v1"
+
+    def shutdown(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._batcher.close()
+
+
+#: the message fields the chat template sees
+_KEPT = {"role", "content", "name", "tool_calls", "tool_call_id"}

@@ -1,0 +1,52 @@
+"""The gateway's HTTP routes (FastAPI): the OpenAI paths over a
+:class:`~ragen_rllib.env_runner.gateway.Gateway`.
+
+The body is read in chunks and refused (413) as soon as it passes the size
+limit, so an oversized request is never held whole; the answer runs in a worker
+thread, so one agent's request never blocks the server's loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+
+def _key(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def make_app(gateway: Any, GatewayError: type) -> FastAPI:  # noqa: N803 - a class
+    """The app serving ``gateway``, refusing with its ``GatewayError`` class."""
+    app = FastAPI(title="ragen-rllib gateway", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def refused(err: GatewayError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status)
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        if not gateway.knows(_key(request)):
+            return refused(GatewayError(401, "unknown API key"))
+        model = {"id": gateway.limits.model, "object": "model", "owned_by": "ragen-rllib"}
+        return {"object": "list", "data": [model]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        limit = gateway.limits.max_body_bytes
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                gateway.counts["refused_413"] += 1
+                return refused(GatewayError(413, f"the body is over {limit} bytes"))
+        try:
+            return await run_in_threadpool(gateway.complete, _key(request), bytes(body))
+        except GatewayError as err:
+            return refused(err)
+
+    return app
