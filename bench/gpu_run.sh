@@ -101,6 +101,11 @@ for path in sorted(wheels.glob("*.tar.xz")):
         print(f"install: {path.name}: already importable, left out")
 EOF
 fi
+if ! "$PYTHON" -c "import torch" 2>/dev/null; then
+  echo "gpu_run.sh: $PYTHON cannot import torch: activate the project's venv (README)," \
+    "set PYTHON=, or give the missing packages in WHEELS=" >&2
+  exit 2
+fi
 # The project from this checkout when it is not installed (envs/ is ragen_envs).
 if ! "$PYTHON" -c "import ragen_rllib, ragen_envs" 2>/dev/null; then
   LINKS=$(mktemp -d)
