@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -103,14 +104,17 @@ def update_flops_per_token(config, shape) -> float:
     and 2t for its weight gradients, 2N more when gradient checkpointing runs
     the forward again; the critic (a transformer without the LM head) adds its
     own, and its no-grad value pass 2N. Attention's score products are left out
-    (a few percent at these lengths)."""
+    (a few percent at these lengths), and so are passes a config may add (a KL
+    reference, the whole-batch rescoring, epochs after the first)."""
     rank = config.lora_rank
 
     def trained_pass(n: int, lora: int) -> float:
         t = lora if rank else n
         return 4 * n + 2 * t + (2 * n if config.gradient_checkpointing else 0)
 
-    actor = shape.params()
+    # The matrices a token passes: the blocks and the LM head (the embedding is a
+    # lookup, so an untied model's input embedding costs nothing).
+    actor = shape.backbone_params()
     adapters = shape.lora_params(rank) if rank else 0
     flops = trained_pass(actor, adapters)
     if config.uses_critic:
@@ -193,8 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.model == "qwen05b":
         args.model_path = args.build_dir or tempfile.mkdtemp(prefix="qwen05b-")
-        if not (Path(args.model_path) / "config.json").exists():
-            build_qwen05b(args.model_path)
+        Path(args.model_path).parent.mkdir(parents=True, exist_ok=True)
+        if not (Path(args.model_path) / "built").exists():  # not a half-built one
+            staging = tempfile.mkdtemp(prefix="qwen05b-", dir=Path(args.model_path).parent)
+            build_qwen05b(staging)
+            (Path(staging) / "built").touch()
+            shutil.rmtree(args.model_path, ignore_errors=True)
+            os.replace(staging, args.model_path)
     else:
         from ragen_rllib.models.resolve import resolve_model
 

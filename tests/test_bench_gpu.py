@@ -80,6 +80,12 @@ def test_the_update_flops_per_token():
     lora = shape.lora_params(64)
     # Frozen weights get no weight gradients: 4N plus the adapters' 2t.
     assert flops(cfg(lora_rank=64), shape) == 4 * n + 2 * lora
+    # An untied model's input embedding is a lookup: only its LM head is a matmul.
+    untied = ModelShape.from_config(
+        {**KNOWN_CONFIGS["qwen/qwen2.5-0.5b"], "tie_word_embeddings": False}, "untied"
+    )
+    assert untied.params() == n + untied.vocab * untied.hidden
+    assert flops(cfg(), untied) == 6 * n
     # The shipped Sokoban config: checkpointing and a critic; 7.53 GFLOP per token.
     shipped = flops(cfg(gradient_checkpointing=True, uses_critic=True), shape)
     assert round(shipped / 1e9, 2) == 7.53

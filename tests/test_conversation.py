@@ -155,3 +155,19 @@ def test_an_answer_needs_its_request(tokenizer):
     rec = recorder(tokenizer)
     with pytest.raises(RuntimeError, match="without a prompt_ids"):
         rec.record_answer([1], [0.0], 0, ended_with_eos=False, reply={"role": "assistant"})
+
+
+def test_an_answer_cut_at_its_limit_is_closed_by_the_template(tokenizer):
+    tok, rec = tokenizer, recorder(tokenizer)
+    first = [{"role": "user", "content": "Count."}]
+    ids1 = rec.prompt_ids(first)
+    cut = tok.encode("one two three", add_special_tokens=False)  # no eos: the limit
+    reply = {"role": "assistant", "content": "one two three"}
+    rec.record_answer(cut, [-1.0] * len(cut), 0, ended_with_eos=False, reply=reply, cut=True)
+    second = [*first, reply, {"role": "user", "content": "Go on."}]
+    ids2 = rec.prompt_ids(second)
+    # The template's whole closing (its end-of-turn token included) follows the cut
+    # answer; here that is what a fresh rendering gives too.
+    assert ids2[: len(ids1) + len(cut)] == ids1 + cut
+    assert ids2 == rendered_ids(tok, second)
+    assert rec.trajectory.turn_cut == [True]

@@ -14,7 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from ragen_rllib.engines.hf_engine import HFEngine
-from ragen_rllib.env_runner.gateway import Gateway, GatewayLimits
+from ragen_rllib.env_runner.gateway import Gateway, GatewayError, GatewayLimits
 from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.models.resolve import resolve_model
 
@@ -105,6 +105,12 @@ OK = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         ({**OK, "stream": True}, 400, "stream"),
         ({**OK, "messages": [{"role": "user", "content": "lake " * 2000}]}, 400, "max_context"),
         ({**OK, "messages": [{"role": "user", "content": "x" * 70_000}]}, 413, "over"),
+        (b'{"model": "m", "messages": ' + b"[" * 30_000, 400, "not JSON"),
+        (b'{"model": "m", "max_tokens": ' + b"9" * 5_000 + b"}", 400, "not JSON"),
+        (b'{"model": "\xff\xfe"}', 400, "not JSON"),
+        ({**OK, "tools": [{"type": "function", "function": "search"}]}, 400, "tools"),
+        ({**OK, "tools": [{"type": "function", "function": {"name": ["a"]}}]}, 400, "name"),
+        ({**OK, "max_completion_tokens": 0}, 400, "1 to 12"),
     ],
 )
 def test_bad_requests_get_a_clear_4xx_and_leave_no_trace(gateway, body, status, says):
@@ -124,6 +130,12 @@ def test_overflow_says_its_code(gateway):
 
 def test_keys_name_trajectories(gateway):
     assert post(gateway, "made-up", OK).status_code == 401
+    # The key is checked before the body is read: no 413 for a stranger.
+    big = {**OK, "messages": [{"role": "user", "content": "x" * 70_000}]}
+    assert post(gateway, "made-up", big).status_code == 401
+    key = gateway.open(traj())
+    gateway.close(key)
+    assert post(gateway, key, big).status_code == 409
     no_auth = httpx.post(gateway.base_url + "/chat/completions", json=OK, timeout=60)
     assert no_auth.status_code == 401
     assert httpx.get(gateway.base_url + "/models", timeout=60).status_code == 401
@@ -154,3 +166,27 @@ def test_64_agents_at_once_are_all_answered_in_shared_batches(gateway):
     assert all(n == 2 and len(t.turn_spans) == 2 and len(t.segments) == 1 for t, n in results)
     batches = gateway._batcher.batches[before:]
     assert sum(batches) == 128 and max(batches) > 1, batches
+
+
+class FailingEngine(HFEngine):
+    """The built-in model's engine, made to fail every generation."""
+
+    def _generate(self, request):
+        raise RuntimeError("out of memory (injected)")
+
+
+def test_an_engine_failure_is_a_503_and_records_nothing():
+    path = resolve_model("builtin")
+    tok = AutoTokenizer.from_pretrained(path)
+    engine = FailingEngine(path, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    gw = Gateway(engine, tok, LIMITS)
+    try:
+        key = gw.open(traj())
+        with pytest.raises(GatewayError, match="injected") as err:
+            gw.complete(key, json.dumps(OK).encode())
+        assert err.value.status == 503
+        trajectory, answered = gw.close(key)
+        assert answered == 0 and trajectory.segments == []
+        assert gw.counts["refused_503"] == 1
+    finally:
+        gw.shutdown()

@@ -65,7 +65,7 @@ def parse_tool_calls(
         body = text[at + len(OPEN) : end].strip()
         try:
             call = json.loads(body)
-        except (json.JSONDecodeError, RecursionError) as err:
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, too-long integers
             return _plain(text, f"a tool call is not JSON ({type(err).__name__})")
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return _plain(text, "a tool call is not an object with a string 'name'")

@@ -10,8 +10,8 @@ trajectory its API key names (:class:`~ragen_rllib.env_runner.conversation.Conve
 - Each trajectory gets its own key (:meth:`Gateway.open`); a request with an
   unknown key is refused (401), one for a finished trajectory too (409): a
   request never silently starts a trajectory.
-- Sampling is the run's. ``temperature`` must be the run's (the learner scores
-  the answers at it), ``top_p`` at most the run's, ``max_tokens`` at most
+- Sampling is the run's. ``temperature`` and ``top_p`` must be the run's (the
+  learner scores the answers as sampled with them), ``max_tokens`` at most
   ``max_new_tokens``; beyond, 400 naming the field and what is allowed. So are
   bad JSON, unknown fields, ``n`` > 1 and streaming; a body over the size
   limit is 413; a prompt that leaves no room for an answer in
@@ -32,13 +32,14 @@ import time
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from ragen_rllib.chat.tool_calls import parse_tool_calls, template_has_tool_calls
 from ragen_rllib.engines.base import Generation, RolloutEngine, SamplingParams
 from ragen_rllib.env_runner.conversation import ConversationRecorder
+from ragen_rllib.env_runner.gateway_schema import ChatRequest
 from ragen_rllib.env_runner.trajectory import Trajectory
 
 
@@ -54,38 +55,6 @@ class GatewayError(Exception):
         return {"error": {"message": self.message, "type": kind, "code": self.code}}
 
 
-class Message(BaseModel):
-    """A chat message; the fields the ``openai`` client writes when an agent sends a
-    returned message back are accepted (and those without a use here ignored)."""
-
-    model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    refusal: str | None = None
-    annotations: list[Any] | None = None
-    audio: Any = None
-    function_call: Any = None
-
-
-class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str | None = None
-    messages: list[Message]
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    n: int | None = None
-    stream: bool | None = None
-    seed: int | None = None
-    user: str | None = None
-
-
 @dataclass(frozen=True)
 class GatewayLimits:
     """The run's settings a request is held to."""
@@ -99,6 +68,8 @@ class GatewayLimits:
     #: how long a request waits for others to share its engine batch
     batch_wait_s: float = 0.005
     max_batch: int = 256
+    #: the longest a request waits for its answer (then 504)
+    answer_timeout_s: float = 600.0
 
 
 class _Batcher:
@@ -150,15 +121,19 @@ class _Batcher:
         self._calls += 1
         self.batches.append(len(items))
         try:
+            # The weights' version as the call starts: what generated these tokens.
+            version = self.engine.policy_version
             out: list[Generation] = self.engine.generate(
                 [p for p, _ in items], params, seed=self._seed + self._calls
             )
+            if len(out) != len(items):
+                raise RuntimeError(f"the engine gave {len(out)} answers for {len(items)} prompts")
+            for (_, future), generation in zip(items, out, strict=True):
+                future.set_result((generation, version))
         except Exception as exc:  # noqa: BLE001 - every waiting request hears of it
             for _, future in items:
-                future.set_exception(exc)
-            return
-        for (_, future), generation in zip(items, out, strict=True):
-            future.set_result((generation, self.engine.policy_version))
+                if not future.done():
+                    future.set_exception(exc)
 
 
 class _Conversation:
@@ -176,6 +151,7 @@ class Gateway:
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits
         self.tools_supported = template_has_tool_calls(getattr(tokenizer, "chat_template", None))
         self._conversations: dict[str, _Conversation] = {}
+        self._finished: set[str] = set()  # closed keys (a request with one gets 409)
         self._lock = threading.Lock()
         self._batcher = _Batcher(engine, limits.batch_wait_s, limits.max_batch, seed)
         self.counts: Counter[str] = Counter()
@@ -198,14 +174,27 @@ class Gateway:
         conversation = self._conversations[key]
         with conversation.lock:
             conversation.finished = True
+        with self._lock:
+            self._conversations.pop(key, None)
+            self._finished.add(key)
         return conversation.recorder.trajectory, conversation.requests
 
+    def finished(self, key: str | None) -> bool:
+        return (key or "") in self._finished
+
     def knows(self, key: str | None) -> bool:
-        return (key or "") in self._conversations
+        """Whether ``key`` was handed out (its trajectory open or finished)."""
+        return (key or "") in self._conversations or (key or "") in self._finished
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            self.counts[name] += 1
 
     # ----- one request -------------------------------------------------------------
     def _conversation(self, key: str | None) -> _Conversation:
         conversation = self._conversations.get(key or "")
+        if conversation is None and (key or "") in self._finished:
+            raise GatewayError(409, "this trajectory is finished; its key takes no requests")
         if conversation is None:
             raise GatewayError(401, "unknown API key: use the key the runner gave the agent")
         if conversation.finished:
@@ -224,21 +213,26 @@ class Gateway:
                 f"temperature={request.temperature} is not allowed: this run samples at "
                 f"temperature {lim.temperature} (leave it out or send that value)",
             )
-        if request.top_p is not None and not 0.0 < request.top_p <= lim.top_p:
-            raise GatewayError(400, f"top_p={request.top_p} is not allowed: (0, {lim.top_p}]")
-        asked = request.max_completion_tokens or request.max_tokens
+        if request.top_p is not None and request.top_p != lim.top_p:
+            raise GatewayError(
+                400,
+                f"top_p={request.top_p} is not allowed: this run samples at top_p "
+                f"{lim.top_p} (leave it out or send that value)",
+            )
+        asked = request.max_completion_tokens
+        if asked is None:
+            asked = request.max_tokens
         if asked is not None and not 1 <= asked <= lim.max_new_tokens:
             raise GatewayError(400, f"max_tokens={asked} is not allowed: 1 to {lim.max_new_tokens}")
-        return SamplingParams(
-            lim.temperature, request.top_p or lim.top_p, asked or lim.max_new_tokens
-        )
+        budget = lim.max_new_tokens if asked is None else asked
+        return SamplingParams(lim.temperature, lim.top_p, budget)
 
     def complete(self, key: str | None, body: bytes) -> dict[str, Any]:
         """Answer one chat completions request (raises :class:`GatewayError`)."""
         try:
             return self._complete(key, body)
         except GatewayError as err:
-            self.counts[f"refused_{err.status}"] += 1
+            self.count(f"refused_{err.status}")
             raise
 
     def _complete(self, key: str | None, body: bytes) -> dict[str, Any]:
@@ -246,9 +240,11 @@ class Gateway:
         if len(body) > self.limits.max_body_bytes:
             raise GatewayError(413, f"the body is over {self.limits.max_body_bytes} bytes")
         try:
-            request = ChatRequest.model_validate(json.loads(body))
-        except json.JSONDecodeError as err:
-            raise GatewayError(400, f"the body is not JSON: {err}") from None
+            data = json.loads(body)
+        except (ValueError, RecursionError) as err:  # not UTF-8, too deep, a huge integer
+            raise GatewayError(400, f"the body is not JSON ({type(err).__name__})") from None
+        try:
+            request = ChatRequest.model_validate(data)
         except ValidationError as err:
             where = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors()
@@ -267,8 +263,15 @@ class Gateway:
             conversation.lock.release()
 
     def _answer(self, conversation: _Conversation, request: ChatRequest, params: SamplingParams):
-        messages = [m.model_dump(exclude_none=True, include=_KEPT) for m in request.messages]
-        tools = request.tools or None
+        messages = []
+        for m in request.messages:
+            message = m.model_dump(exclude_none=True, include=_KEPT)
+            if isinstance(message.get("content"), list):  # text parts: one text
+                message["content"] = "".join(
+                    p.get("text", "") for p in message["content"] if p.get("type") == "text"
+                )
+            messages.append(message)
+        tools = [t.model_dump(exclude_none=True) for t in request.tools or []] or None
         recorder = conversation.recorder
         try:
             prompt = recorder.prompt_ids(messages, tools)
@@ -285,15 +288,22 @@ class Gateway:
                 code="context_length_exceeded",
             )
         params = SamplingParams(params.temperature, params.top_p, min(params.max_new_tokens, room))
-        generation, version = self._batcher.submit(prompt, params).result()
+        try:
+            generation, version = self._batcher.submit(prompt, params).result(
+                timeout=self.limits.answer_timeout_s
+            )
+        except TimeoutError:
+            raise GatewayError(504, "the engine did not answer in time") from None
+        except GatewayError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the engine failed this batch
+            raise GatewayError(503, f"the engine failed: {type(err).__name__}: {err}") from None
         text = self.tokenizer.decode(generation.ids, skip_special_tokens=True)
-        conversation.requests += 1
-        self.counts["requests"] += 1
         if tools and self.tools_supported:
-            names = {t.get("function", {}).get("name") for t in tools}
+            names = {t["function"]["name"] for t in tools}
             parsed = parse_tool_calls(text, names, call_id=f"call_{conversation.requests}")
             if parsed.error:
-                self.counts["tool_parse_failures"] += 1
+                self.count("tool_parse_failures")
             reply = parsed.message()
         else:
             reply = {"role": "assistant", "content": text}
@@ -306,6 +316,8 @@ class Gateway:
             reply=reply,
             cut=cut,
         )
+        conversation.requests += 1
+        self.count("requests")
         finish = "length" if cut else ("tool_calls" if reply.get("tool_calls") else "stop")
         return {
             "id": f"chatcmpl-{secrets.token_hex(8)}",

@@ -1,18 +1,20 @@
 """The gateway's HTTP routes (FastAPI): the OpenAI paths over a
 :class:`~ragen_rllib.env_runner.gateway.Gateway`.
 
-The body is read in chunks and refused (413) as soon as it passes the size
-limit, so an oversized request is never held whole; the answer runs in a worker
-thread, so one agent's request never blocks the server's loop.
+The key is checked before the body is read; the body is read in chunks and
+refused (413) as soon as it passes the size limit, so an oversized request is
+never held whole; the answer runs in a worker thread (as many as a batch can
+hold), so one agent's request never blocks the server's loop.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 
 def _key(request: Request) -> str | None:
@@ -24,6 +26,7 @@ def _key(request: Request) -> str | None:
 def make_app(gateway: Any, GatewayError: type) -> FastAPI:  # noqa: N803 - a class
     """The app serving ``gateway``, refusing with its ``GatewayError`` class."""
     app = FastAPI(title="ragen-rllib gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    limiter = anyio.CapacityLimiter(gateway.limits.max_batch * 4)
 
     def refused(err: GatewayError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status)
@@ -37,6 +40,15 @@ def make_app(gateway: Any, GatewayError: type) -> FastAPI:  # noqa: N803 - a cla
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
+        key = _key(request)
+        if not gateway.knows(key):  # before reading a byte of the body
+            gateway.count("refused_401")
+            return refused(GatewayError(401, "unknown API key: use the key the runner gave"))
+        if gateway.finished(key):
+            gateway.count("refused_409")
+            return refused(
+                GatewayError(409, "this trajectory is finished; its key takes no requests")
+            )
         limit = gateway.limits.max_body_bytes
         body = bytearray()
         async for chunk in request.stream():
@@ -45,7 +57,11 @@ def make_app(gateway: Any, GatewayError: type) -> FastAPI:  # noqa: N803 - a cla
                 gateway.counts["refused_413"] += 1
                 return refused(GatewayError(413, f"the body is over {limit} bytes"))
         try:
-            return await run_in_threadpool(gateway.complete, _key(request), bytes(body))
+            # Each request waits for its batch in a thread: the pool must hold every
+            # agent's request at once, or batches stay smaller than the agents.
+            return await anyio.to_thread.run_sync(
+                gateway.complete, key, bytes(body), limiter=limiter
+            )
         except GatewayError as err:
             return refused(err)
 
