@@ -33,14 +33,19 @@ from ragen_rllib.chat.prompts import ChatFormat
 from ragen_rllib.env_runner.trajectory import Trajectory
 
 
-def _text(content: Any) -> str:
-    """A message's content as one text (OpenAI content parts joined; None is "")."""
+def message_text(content: Any) -> str:
+    """A message's content as one text (OpenAI content parts: their texts joined;
+    None is "")."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return "".join(
+            p.get("text", "")
+            for p in content
+            if isinstance(p, dict) and p.get("type", "text") == "text"
+        )
     raise TypeError(f"message content must be a string or a list of parts, not {content!r}")
 
 
@@ -64,7 +69,7 @@ def same_answer(sent: dict[str, Any], returned: dict[str, Any]) -> bool:
     message with the same text and the same tool calls (names and arguments)."""
     return (
         sent.get("role") == "assistant"
-        and _text(sent.get("content")) == _text(returned.get("content"))
+        and message_text(sent.get("content")) == message_text(returned.get("content"))
         and _calls(sent) == _calls(returned)
     )
 

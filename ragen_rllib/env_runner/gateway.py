@@ -38,9 +38,12 @@ from pydantic import ValidationError
 
 from ragen_rllib.chat.tool_calls import parse_tool_calls, template_has_tool_calls
 from ragen_rllib.engines.base import Generation, RolloutEngine, SamplingParams
-from ragen_rllib.env_runner.conversation import ConversationRecorder
+from ragen_rllib.env_runner.conversation import ConversationRecorder, message_text
 from ragen_rllib.env_runner.gateway_schema import ChatRequest
 from ragen_rllib.env_runner.trajectory import Trajectory
+
+UNKNOWN_KEY = "unknown API key: use the key the runner gave the agent"
+FINISHED = "this trajectory is finished; its key takes no requests"
 
 
 class GatewayError(Exception):
@@ -179,9 +182,6 @@ class Gateway:
             self._finished.add(key)
         return conversation.recorder.trajectory, conversation.requests
 
-    def finished(self, key: str | None) -> bool:
-        return (key or "") in self._finished
-
     def knows(self, key: str | None) -> bool:
         """Whether ``key`` was handed out (its trajectory open or finished)."""
         return (key or "") in self._conversations or (key or "") in self._finished
@@ -190,15 +190,21 @@ class Gateway:
         with self._lock:
             self.counts[name] += 1
 
+    def check_key(self, key: str | None) -> None:
+        """Refuse (raise :class:`GatewayError`, counted) a key of no open trajectory."""
+        try:
+            self._conversation(key)
+        except GatewayError as err:
+            self.count(f"refused_{err.status}")
+            raise
+
     # ----- one request -------------------------------------------------------------
     def _conversation(self, key: str | None) -> _Conversation:
         conversation = self._conversations.get(key or "")
-        if conversation is None and (key or "") in self._finished:
-            raise GatewayError(409, "this trajectory is finished; its key takes no requests")
-        if conversation is None:
-            raise GatewayError(401, "unknown API key: use the key the runner gave the agent")
-        if conversation.finished:
-            raise GatewayError(409, "this trajectory is finished; its key takes no requests")
+        if conversation is None and (key or "") not in self._finished:
+            raise GatewayError(401, UNKNOWN_KEY)
+        if conversation is None or conversation.finished:
+            raise GatewayError(409, FINISHED)
         return conversation
 
     def _sampling(self, request: ChatRequest) -> SamplingParams:
@@ -257,7 +263,7 @@ class Gateway:
             raise GatewayError(409, "this trajectory has a request in flight: one at a time")
         try:
             if conversation.finished:
-                raise GatewayError(409, "this trajectory is finished; its key takes no requests")
+                raise GatewayError(409, FINISHED)
             return self._answer(conversation, request, params)
         finally:
             conversation.lock.release()
@@ -267,9 +273,7 @@ class Gateway:
         for m in request.messages:
             message = m.model_dump(exclude_none=True, include=_KEPT)
             if isinstance(message.get("content"), list):  # text parts: one text
-                message["content"] = "".join(
-                    p.get("text", "") for p in message["content"] if p.get("type") == "text"
-                )
+                message["content"] = message_text(message["content"])
             messages.append(message)
         tools = [t.model_dump(exclude_none=True) for t in request.tools or []] or None
         recorder = conversation.recorder

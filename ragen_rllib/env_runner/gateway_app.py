@@ -34,27 +34,23 @@ def make_app(gateway: Any, GatewayError: type) -> FastAPI:  # noqa: N803 - a cla
     @app.get("/v1/models")
     async def models(request: Request):
         if not gateway.knows(_key(request)):
-            return refused(GatewayError(401, "unknown API key"))
+            return refused(GatewayError(401, "unknown API key"))  # finished keys may list
         model = {"id": gateway.limits.model, "object": "model", "owned_by": "ragen-rllib"}
         return {"object": "list", "data": [model]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         key = _key(request)
-        if not gateway.knows(key):  # before reading a byte of the body
-            gateway.count("refused_401")
-            return refused(GatewayError(401, "unknown API key: use the key the runner gave"))
-        if gateway.finished(key):
-            gateway.count("refused_409")
-            return refused(
-                GatewayError(409, "this trajectory is finished; its key takes no requests")
-            )
+        try:
+            gateway.check_key(key)  # before reading a byte of the body
+        except GatewayError as err:
+            return refused(err)
         limit = gateway.limits.max_body_bytes
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if len(body) > limit:
-                gateway.counts["refused_413"] += 1
+                gateway.count("refused_413")
                 return refused(GatewayError(413, f"the body is over {limit} bytes"))
         try:
             # Each request waits for its batch in a thread: the pool must hold every
