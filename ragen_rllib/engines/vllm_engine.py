@@ -206,6 +206,11 @@ class VLLMEngine(RolloutEngine):
         return "slept"
 
     def _wake(self) -> None:
+        # vLLM allocates from its own pool: blocks PyTorch's allocator still holds
+        # from the update (tens of GiB without checkpointing) would be out of its
+        # reach, so they go back to the device first.
+        if self._can_sleep:
+            torch.cuda.empty_cache()
         # Level 2 dropped the weights: wake them alone, load, then the KV cache
         # (see _load_weights); level 1 brings its saved weights back with the cache.
         self.llm.wake_up(tags=["weights"] if self.sleep_level == 2 else None)
