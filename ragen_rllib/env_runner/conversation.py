@@ -165,9 +165,15 @@ class ConversationRecorder:
         else:
             self.trajectory.start_segment(ids)
             self.segments_started += 1
-        self.trajectory.append_generation(
-            list(answer_ids), list(behaviour_logp), version=version, cut=cut
-        )
+        traj = self.trajectory
+        traj.append_generation(list(answer_ids), list(behaviour_logp), version=version, cut=cut)
+        # What the dumps and the report show of a turn: the message it answered and
+        # the answer's text.
+        asked = message_text(messages[-1].get("content"))
+        traj.turn_observations.append(asked)
+        traj.turn_prompts.append(asked)
+        traj.turn_infos.append({})
+        traj.answers.append(self.tokenizer.decode(list(answer_ids), skip_special_tokens=True))
         self._last = _Answered(
             messages=list(messages),
             tools=tools,
@@ -176,3 +182,9 @@ class ConversationRecorder:
             ended_with_eos=ended_with_eos,
             reply=reply,
         )
+
+    def finish(self) -> None:
+        """Close the last answer as the template does (the trajectory's end)."""
+        if self._last is not None and self.trajectory.segments:
+            self.trajectory.append_context(self._chat.closing_ids(self._last.ended_with_eos))
+            self._last = None

@@ -30,15 +30,15 @@ import secrets
 import threading
 import time
 from collections import Counter
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from ragen_rllib.chat.tool_calls import parse_tool_calls, template_has_tool_calls
-from ragen_rllib.engines.base import Generation, RolloutEngine, SamplingParams
+from ragen_rllib.engines.base import RolloutEngine, SamplingParams
 from ragen_rllib.env_runner.conversation import ConversationRecorder, message_text
+from ragen_rllib.env_runner.gateway_batcher import Batcher, BatcherClosed
 from ragen_rllib.env_runner.gateway_schema import ChatRequest
 from ragen_rllib.env_runner.trajectory import Trajectory
 
@@ -75,76 +75,13 @@ class GatewayLimits:
     answer_timeout_s: float = 600.0
 
 
-class _Batcher:
-    """Runs the engine on the requests that arrive together, in one thread."""
-
-    def __init__(self, engine: RolloutEngine, wait_s: float, max_batch: int, seed: int) -> None:
-        self.engine, self.wait_s, self.max_batch = engine, wait_s, max_batch
-        self._queue: list[tuple[list[int], SamplingParams, Future]] = []
-        self._cond = threading.Condition()
-        self._calls = 0
-        self._seed = seed
-        self._closed = False
-        self.batches: list[int] = []  # the size of each engine call
-        self._thread = threading.Thread(target=self._loop, name="gateway-batcher", daemon=True)
-        self._thread.start()
-
-    def submit(self, prompt: list[int], params: SamplingParams) -> Future:
-        future: Future = Future()
-        with self._cond:
-            if self._closed:
-                raise GatewayError(503, "the gateway is shutting down")
-            self._queue.append((prompt, params, future))
-            self._cond.notify()
-        return future
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if self._closed and not self._queue:
-                    return
-            time.sleep(self.wait_s)  # let the requests arriving together join
-            with self._cond:
-                taken, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
-            by_params: dict[SamplingParams, list[tuple[list[int], Future]]] = {}
-            for prompt, params, future in taken:
-                by_params.setdefault(params, []).append((prompt, future))
-            for params, items in by_params.items():
-                self._run(params, items)
-
-    def _run(self, params: SamplingParams, items: list[tuple[list[int], Future]]) -> None:
-        self._calls += 1
-        self.batches.append(len(items))
-        try:
-            # The weights' version as the call starts: what generated these tokens.
-            version = self.engine.policy_version
-            out: list[Generation] = self.engine.generate(
-                [p for p, _ in items], params, seed=self._seed + self._calls
-            )
-            if len(out) != len(items):
-                raise RuntimeError(f"the engine gave {len(out)} answers for {len(items)} prompts")
-            for (_, future), generation in zip(items, out, strict=True):
-                future.set_result((generation, version))
-        except Exception as exc:  # noqa: BLE001 - every waiting request hears of it
-            for _, future in items:
-                if not future.done():
-                    future.set_exception(exc)
-
-
 class _Conversation:
-    def __init__(self, recorder: ConversationRecorder) -> None:
+    def __init__(self, recorder: ConversationRecorder, deadline: float | None) -> None:
         self.recorder = recorder
         self.lock = threading.Lock()
         self.finished = False
         self.requests = 0
+        self.deadline = deadline  # time.monotonic() after which a request is not answered
 
 
 class Gateway:
@@ -156,20 +93,29 @@ class Gateway:
         self._conversations: dict[str, _Conversation] = {}
         self._finished: set[str] = set()  # closed keys (a request with one gets 409)
         self._lock = threading.Lock()
-        self._batcher = _Batcher(engine, limits.batch_wait_s, limits.max_batch, seed)
+        self._batcher = Batcher(engine, limits.batch_wait_s, limits.max_batch, seed)
         self.counts: Counter[str] = Counter()
         self._server = None
         self._thread: threading.Thread | None = None
 
     # ----- trajectories ------------------------------------------------------------
-    def open(self, trajectory: Trajectory) -> str:
-        """A new key whose requests are recorded into ``trajectory``."""
+    def open(self, trajectory: Trajectory, deadline: float | None = None) -> str:
+        """A new key whose requests are recorded into ``trajectory``; past ``deadline``
+        (``time.monotonic()``) its requests wait for no answer (504)."""
         key = "rg-" + secrets.token_urlsafe(24)
         with self._lock:
             self._conversations[key] = _Conversation(
-                ConversationRecorder(self.tokenizer, trajectory)
+                ConversationRecorder(self.tokenizer, trajectory), deadline
             )
         return key
+
+    def reseed(self, seed: int) -> None:
+        """Seed the engine's sampling from here on from ``seed`` (a batch's)."""
+        self._batcher.reseed(seed)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until the engine runs no request; whether it came within ``timeout``."""
+        return self._batcher.wait_idle(timeout)
 
     def close(self, key: str) -> tuple[Trajectory, int]:
         """Finish ``key``'s trajectory (later requests get 409): the trajectory and how
@@ -177,9 +123,12 @@ class Gateway:
         conversation = self._conversations[key]
         with conversation.lock:
             conversation.finished = True
+            conversation.recorder.finish()
         with self._lock:
             self._conversations.pop(key, None)
             self._finished.add(key)
+            if not self._conversations:  # nothing in flight: the prefix cache may go
+                self.engine.clear_cache()
         return conversation.recorder.trajectory, conversation.requests
 
     def knows(self, key: str | None) -> bool:
@@ -285,6 +234,8 @@ class Gateway:
             ) from None
         room = self.limits.max_context_tokens - len(prompt)
         if room < 1:
+            conversation.recorder.trajectory.end_reason = "context_overflow"
+            self.count("context_overflows")
             raise GatewayError(
                 400,
                 f"the prompt is {len(prompt)} tokens, max_context_tokens is "
@@ -293,13 +244,16 @@ class Gateway:
             )
         params = SamplingParams(params.temperature, params.top_p, min(params.max_new_tokens, room))
         try:
-            generation, version = self._batcher.submit(prompt, params).result(
-                timeout=self.limits.answer_timeout_s
-            )
+            submitted = self._batcher.submit(prompt, params, cache_key=id(conversation))
+            wait = self.limits.answer_timeout_s
+            if conversation.deadline is not None:
+                wait = min(wait, max(0.0, conversation.deadline - time.monotonic()))
+            generation, version = submitted.result(timeout=wait)
         except TimeoutError:
+            submitted.cancel()  # not generated if the batcher has not taken it yet
             raise GatewayError(504, "the engine did not answer in time") from None
-        except GatewayError:
-            raise
+        except BatcherClosed as err:
+            raise GatewayError(503, str(err)) from None
         except Exception as err:  # noqa: BLE001 - the engine failed this batch
             raise GatewayError(503, f"the engine failed: {type(err).__name__}: {err}") from None
         text = self.tokenizer.decode(generation.ids, skip_special_tokens=True)
@@ -344,7 +298,11 @@ class Gateway:
         from ragen_rllib.env_runner.gateway_app import make_app
 
         app = make_app(self, GatewayError)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+        # Idle connections stay open longer than a client keeps them (httpx: 5 s), so
+        # the server never closes one as the client reuses it.
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", timeout_keep_alive=75
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gateway", daemon=True)
         self._thread.start()
@@ -355,6 +313,17 @@ class Gateway:
             time.sleep(0.01)
         bound = self._server.servers[0].sockets[0].getsockname()
         return f"http://{host}:{bound[1]}/v1"
+
+    @property
+    def serving(self) -> bool:
+        """Whether the HTTP server is up (started and its thread alive)."""
+        return (
+            self._server is not None
+            and self._thread is not None
+            and self._thread.is_alive()
+            and bool(self._server.started)
+            and not self._server.should_exit
+        )
 
     def shutdown(self) -> None:
         if self._server is not None:
