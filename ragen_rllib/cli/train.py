@@ -42,11 +42,15 @@ def header(name: str, config, grid: dict, storage: str) -> str:
     )
     trials = len(list(itertools.product(*grid.values()))) if grid else 1
     where = os.path.join(storage, name)
+    if config.agent:  # the agent decides its turns: each model call is one
+        playing, turns = f"agent {config.agent}", "a turn per model call"
+    else:
+        playing, turns = config.env, f"K<={config.max_turns} turns"
     lines = [
-        f"== {name}: StarPO on {config.env} ==",
+        f"== {name}: StarPO on {playing} ==",
         f"  model      {config.llm} ({config.model_dtype})",
         f"  batch      P={config.env_groups} groups x N={config.group_size} rollouts, "
-        f"K<={config.max_turns} turns; {config.advantage_estimator}, "
+        f"{turns}; {config.advantage_estimator}, "
         f"filter {config.filter_strategy} {config.filter_value_used:g}",
         f"  rollout    engine {config.engine} in "
         + (f"{runners} runner actor(s)" if runners else "the driver")
@@ -278,6 +282,10 @@ def train(args: argparse.Namespace) -> int:
             tuner = tune.Tuner(
                 exp["run"],  # resolved through Tune's registry, like any registered trainable
                 param_space=param_space(*configs[name]),
+                # An agent's trials are named after it (Tune would name the unused env).
+                tune_config=tune.TuneConfig(trial_dirname_creator=_agent_trial_dir)
+                if configs[name][0].agent
+                else None,
                 run_config=tune.RunConfig(
                     name=name,
                     storage_path=storage,
@@ -303,3 +311,11 @@ def train(args: argparse.Namespace) -> int:
                 if result.checkpoint:
                     print(f"  checkpoint: {result.checkpoint.path}")
     return status
+
+
+def _agent_trial_dir(trial) -> str:
+    """``StarPO_agent-<module>-<function>_<trial id>``: a trial folder named after its
+    agent (``search_agent.py:run`` -> ``agent-search_agent-run``)."""
+    where, _, function = str(trial.config.get("agent", "")).rpartition(":")
+    module = Path(where).stem if where.endswith(".py") else where.rpartition(".")[2]
+    return f"{trial.trainable_name}_agent-{module}-{function}_{trial.trial_id}"

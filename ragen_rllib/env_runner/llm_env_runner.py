@@ -34,6 +34,7 @@ from ragen_rllib.console import quiet
 from ragen_rllib.distributed.wire import from_wire, is_wire
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.engines.factory import make_engine
+from ragen_rllib.env_runner.agents import AgentRollouts
 from ragen_rllib.env_runner.env_loading import (
     actions_left_of,
     import_env_modules,
@@ -93,6 +94,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         # version last loaded from there (its queued push is then not loaded again).
         self._mailbox = None
         self._version_from_mailbox = -1
+        self._agents: AgentRollouts | None = None  # with `agent`: made on first use
 
     # ----- EnvRunner API ------------------------------------------------------------
     def assert_healthy(self) -> None:
@@ -152,7 +154,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         states = [i for i in range(num_states) for _ in range(samples_per_state)]
         params = SamplingParams(temperature, self.config.top_p, self.config.max_new_tokens)
         trajs = self.run_episodes(
-            seeds, states, params, sample_seed=first_seed, log_metrics=False, env=env
+            seeds, states, params, first_seed, log_metrics=False, env=env, split="eval"
         )
         return evaluation_metrics(trajs, tuple(pass_k)), trajs
 
@@ -222,6 +224,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         return (), {"config": self.config, "worker_index": self.worker_index}
 
     def stop(self) -> None:
+        if self._agents is not None:
+            self._agents.shutdown()
         for pool in self._envs.values():
             for env in pool:
                 env.close()
@@ -253,27 +257,31 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         reset_options: dict | None = None,
         log_metrics: bool = True,
         env: EvalEnv | None = None,
+        split: str = "train",
     ) -> list[Trajectory]:
-        """Play one trajectory per seed, all turns batched through the engine.
+        """Play one trajectory per seed, all turns batched through the engine (with
+        ``agent`` set, the agent plays each on a task of ``split``: agents.py).
 
         With ``context_window: null`` a trajectory's prompt is its whole history,
         one growing token sequence (one segment). With ``context_window: k`` the
         prompt at turn t holds the instructions and the last k turns before
         turn t; each turn becomes its own segment (that prompt plus the answer).
 
-        An exception in an env's ``reset()`` or ``step()`` (or an observation that
-        is not text) ends that trajectory with ``end_reason="env_error"`` and the
-        error text; the batch goes on. The algorithm drops the failed
-        trajectories' groups before the update (see
-        :class:`~ragen_rllib.connectors.sample_batch.DropEnvErrorGroups`).
+        An env's exception in ``reset()`` or ``step()`` (or a non-text observation)
+        ends that trajectory with ``end_reason="env_error"`` and the error; the batch
+        goes on, and the algorithm drops the failed groups before the update
+        (:class:`~ragen_rllib.connectors.sample_batch.DropEnvErrorGroups`).
 
-        ``env`` plays an evaluation suite's env (or one entry of the mixture) for every
-        seed instead of the training envs, where group ``g`` plays the mixture's entry
-        of that group (:mod:`ragen_rllib.env_runner.env_mix`) with its own turn limit
-        and prompt style.
+        ``env`` (an evaluation suite's, or a mixture entry) plays every seed instead
+        of the training envs, where group ``g`` plays its mixture entry
+        (:mod:`ragen_rllib.env_runner.env_mix`) with its turn limit and prompt style.
         """
         cfg = self.config
         start = time.perf_counter()  # the envs' making counts (a remote one connects)
+        if cfg.agent is not None:  # an agent program plays each trajectory (agents.py)
+            self._agents = self._agents or AgentRollouts(cfg, self.engine, self.tokenizer)
+            log = (self.metrics, self._log_sampling) if log_metrics else None
+            return self._agents.run(seeds, groups, params, split, sample_seed, log)
         entries = [env or entry_of_group(self._mix, g) for g in groups]
         envs = self._make_envs(entries)
         options = {} if reset_options is None else {"options": reset_options}  # curriculum

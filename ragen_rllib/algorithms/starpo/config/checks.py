@@ -201,6 +201,8 @@ def check_values(config) -> None:
         env_checks.check_eval_suites(config)
     if config.curriculum is not None:
         env_checks.check_curriculum(config)
+    if config.agent is not None or config.agent_tasks is not None:
+        env_checks.check_agent(config)
 
 
 def _check_vllm(config, bad: Callable[..., ValueError]) -> None:

@@ -5,10 +5,13 @@ here naming its key, not in an env runner."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from ragen_rllib.algorithms.starpo.config.knobs import KNOBS
+from ragen_rllib.env_runner.agents import SPLITS, load_callable, load_tasks, resolve_path
 from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
 from ragen_rllib.env_runner.env_mix import parse_env_mix
@@ -95,3 +98,47 @@ def check_env_config(config) -> None:
         f"config env_config={config.env_config!r} is invalid for env {config.env!r}: "
         "making and resetting the env with it failed",
     )
+
+
+#: settings of the env runner's own prompts and turns, which an agent does not use
+ENV_ONLY = (
+    "env_config",
+    "max_turns",
+    "context_window",
+    "prompt_style",
+    "prompt",
+    "prefill",
+    "format_warmup_steps",
+)
+
+
+def check_agent(config) -> None:
+    """``agent`` and ``agent_tasks`` together, the agent importable, both splits'
+    tasks there, and none of the env-only settings beside them; file paths are
+    made absolute (the env runners may start elsewhere)."""
+    for key in ("agent", "agent_tasks"):
+        if getattr(config, key) in (None, ""):
+            other = "agent_tasks" if key == "agent" else "agent"
+            raise ValueError(f"config {key} is missing: {other} is set; give both")
+    for key in ("env_mix", "curriculum", "eval_suites"):
+        if getattr(config, key) is not None:
+            raise ValueError(f"config {key} is invalid with agent: the agent plays its tasks")
+    for key in ENV_ONLY:  # the agent writes its prompts and decides its turns
+        if getattr(config, key) != KNOBS[key].default:
+            raise ValueError(
+                f"config {key}={getattr(config, key)!r} is invalid with agent: the agent "
+                "writes its own prompts and decides its turns; leave it out"
+            )
+    if config.partial_rollouts:
+        raise ValueError("config partial_rollouts is invalid with agent: not supported yet")
+    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(
+            f"config agent needs {' and '.join(missing)} (the agents' gateway): "
+            "pip install -e '.[agents]'"
+        )
+    config.agent = resolve_path(config.agent)
+    config.agent_tasks = resolve_path(config.agent_tasks)
+    load_callable(config.agent, "agent")
+    for split in SPLITS:
+        load_tasks(config.agent_tasks, split)

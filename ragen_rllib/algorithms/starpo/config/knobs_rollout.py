@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ragen_rllib.algorithms.starpo.config.knob import Knob, knobs
 from ragen_rllib.algorithms.starpo.config.rules import (
     checked_elsewhere,
@@ -122,7 +124,7 @@ ROLLOUT = knobs(
     ),
     K("env_groups", 8, integer(1), "P: initial states per iteration (paper 8)", cross=True),
     K("group_size", 16, integer(1), "N: rollouts per initial state (paper 16)", cross=True),
-    K("max_turns", 5, integer(1), "K: turns per trajectory at most (paper 5)"),
+    K("max_turns", 5, integer(1), "K: turns per trajectory at most (paper 5)", cross=True),
     K("max_new_tokens", 100, integer(1), "tokens generated per turn at most", cross=True),
     K(
         "max_context_tokens",
@@ -152,6 +154,7 @@ ROLLOUT = knobs(
         integer(0, none_ok=True, null="the whole history", why=" (turns of history kept)"),
         "null: the whole history in context, one sequence per trajectory; k: the "
         "instructions and the last k turns, one sequence per turn",
+        cross=True,
     ),
     K(
         "env_mix",
@@ -310,4 +313,42 @@ EVALUATION = knobs(
     ),
 )
 
-ALL = MODEL + ROLLOUT + PROMPT + EVALUATION
+AGENT = knobs(
+    "agent programs",
+    K(
+        "agent",
+        None,
+        checked_elsewhere("must be null or 'module:function' / 'path/to/file.py:function'"),
+        "an agent program in place of the env: run(base_url, api_key, task) talks to the "
+        "policy through chat completions and returns its reward (docs/agents.md)",
+        cross=True,
+    ),
+    K(
+        "agent_tasks",
+        None,
+        checked_elsewhere(
+            "must be null, or with agent 'module:function' (called with 'train' or 'eval') "
+            "or a .jsonl file of task records"
+        ),
+        "the agent's tasks: tasks(split) -> records, or a .jsonl file (records with "
+        '"split": "eval" held out for evaluation)',
+        cross=True,
+    ),
+    K(
+        "agent_timeout_s",
+        300.0,
+        number(0, 86400, low_open=True),
+        "an agent call that has not returned by then fails (its group is dropped)",
+    ),
+    K(
+        "agent_gateway_host",
+        "127.0.0.1",
+        custom(
+            lambda v: isinstance(v, str) and bool(re.fullmatch(r"[A-Za-z0-9.\-]+", v)),
+            "must be a host name or IPv4 address, such as 127.0.0.1 or 0.0.0.0",
+        ),
+        "where the agents' chat completions gateway listens",
+    ),
+)
+
+ALL = MODEL + ROLLOUT + PROMPT + EVALUATION + AGENT

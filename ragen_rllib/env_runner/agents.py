@@ -1,0 +1,379 @@
+"""Agent programs as the rollout: each trajectory is one call of the user's agent
+function, whose chat completions requests the runner's gateway answers and records.
+
+An experiment names its agent and its tasks instead of an env::
+
+    agent: my_agents.search:run              # or path/to/file.py:run
+    agent_tasks: my_agents.search:tasks      # or a .jsonl file of task records
+
+- ``agent`` is called as ``run(base_url, api_key, task)`` in a thread of the env
+  runner, once per trajectory; all the trajectories of a batch (the N of each
+  group included) run at once. An ``async def`` agent runs in its own event
+  loop. It talks to the policy at ``base_url`` (an OpenAI-compatible
+  ``/v1``) with ``api_key``, which ties its requests to its trajectory, and
+  returns the reward: a number, or a dict with ``reward`` (added to the last
+  turn), ``turn_rewards`` (one per model call) and ``success``.
+- ``agent_tasks`` is called as ``tasks(split)`` with ``"train"`` or ``"eval"``
+  and returns a list of task records (any picklable values, usually dicts); a
+  ``.jsonl`` file holds one JSON record a line, those with ``"split":
+  "eval"`` held out for evaluation. Group g of a batch plays the task its
+  seed picks, all N of its trajectories the same one.
+
+An agent that raises, returns something else, outlasts ``agent_timeout_s`` or
+never calls the model ends its trajectory as ``env_error`` with the reason, so
+its group is dropped from the update and counted under
+``max_env_error_share``, as an env's error is. A request after its trajectory
+ended is refused (409).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import json
+import logging
+import math
+import numbers
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragen_rllib.env_runner.gateway import Gateway, GatewayLimits
+from ragen_rllib.env_runner.trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "eval")
+
+
+def load_callable(spec: str, key: str) -> Callable[..., Any]:
+    """``module:function`` or ``path/to/file.py:function`` -> the function; ValueError
+    naming ``key`` and what is allowed otherwise."""
+    allowed = "'module:function' or 'path/to/file.py:function'"
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ValueError(f"config {key}={spec!r} is invalid: must be {allowed}")
+    where, name = spec.split(":")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).resolve()
+            module_name = f"_ragen_agent_{abs(hash(str(path)))}"
+            module = sys.modules.get(module_name)
+            if module is None:
+                loader_spec = importlib.util.spec_from_file_location(module_name, path)
+                if loader_spec is None or not path.is_file():
+                    raise FileNotFoundError(f"no file {path}")
+                module = importlib.util.module_from_spec(loader_spec)
+                sys.modules[module_name] = module
+                try:
+                    loader_spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[module_name]
+                    raise
+        else:
+            module = importlib.import_module(where)
+    except Exception as err:  # noqa: BLE001 - whatever importing the user's code raises
+        raise ValueError(
+            f"config {key}={spec!r} is invalid: importing {where!r} failed: "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"config {key}={spec!r} is invalid: {where!r} has no function {name!r}")
+    return function
+
+
+def resolve_path(spec: Any) -> Any:
+    """A file-based ``agent``/``agent_tasks`` with its path made absolute (the env
+    runners may start in another directory); anything else as it is."""
+    if not isinstance(spec, str):
+        return spec
+    where, colon, name = spec.partition(":")
+    if where.endswith((".py", ".jsonl")) and not Path(where).is_absolute():
+        return str(Path(where).resolve()) + colon + name
+    return spec
+
+
+def load_tasks(spec: str, split: str) -> list[Any]:
+    """The task records of ``split`` ("train" or "eval"); ValueError naming
+    ``agent_tasks`` when they cannot be had or there are none."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+    if isinstance(spec, str) and spec.endswith(".jsonl"):
+        try:
+            with open(spec, encoding="utf-8") as f:
+                records = [json.loads(line) for line in f if line.strip()]
+        except (OSError, ValueError) as err:
+            raise ValueError(
+                f"config agent_tasks={spec!r} is invalid: {type(err).__name__}: {err}"
+            ) from err
+        tasks = [
+            r for r in records
+            if (r.get("split", "train") if isinstance(r, dict) else "train") == split
+        ]  # fmt: skip
+    else:
+        function = load_callable(spec, "agent_tasks")
+        try:
+            tasks = list(function(split))
+        except Exception as err:  # noqa: BLE001 - the user's code
+            raise ValueError(
+                f"config agent_tasks={spec!r} is invalid: calling it with {split!r} raised "
+                f"{type(err).__name__}: {err}"
+            ) from err
+    if not tasks:
+        raise ValueError(
+            f"config agent_tasks={spec!r} is invalid: it gives no {split!r} tasks "
+            "(training needs 'train' ones, evaluation 'eval' ones)"
+        )
+    return tasks
+
+
+def agent_outcome(result: Any, turns: int) -> tuple[list[float], bool]:
+    """An agent's return value -> (per-turn rewards, success); ValueError saying
+    what is allowed."""
+    allowed = (
+        "an agent returns a number (the reward) or a dict with 'reward', optional "
+        "'turn_rewards' (one number per model call) and 'success'"
+    )
+    if isinstance(result, dict):
+        unknown = set(result) - {"reward", "turn_rewards", "success"}
+        if unknown:
+            raise ValueError(f"unknown keys {sorted(unknown)}: {allowed}")
+        reward = result.get("reward", 0.0)
+        per_turn = result.get("turn_rewards")
+        success = result.get("success")
+    else:
+        reward, per_turn, success = result, None, None
+    if not _is_number(reward):
+        raise ValueError(f"reward {reward!r} is not a finite number: {allowed}")
+    if per_turn is None:
+        rewards = [0.0] * turns
+    else:
+        if not isinstance(per_turn, list | tuple) or not all(_is_number(r) for r in per_turn):
+            raise ValueError(f"turn_rewards must be a list of finite numbers: {allowed}")
+        if len(per_turn) != turns:
+            raise ValueError(f"{len(per_turn)} turn_rewards for {turns} model calls: {allowed}")
+        rewards = [float(r) for r in per_turn]
+    rewards[-1] += float(reward)
+    if success is None:
+        success = sum(rewards) > 0
+    elif not isinstance(success, bool | np.bool_):
+        raise ValueError(f"success {success!r} is not a bool: {allowed}")
+    return rewards, bool(success)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite real number (numpy's included, bools not)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _call_agent(agent: Callable[..., Any], base_url: str, key: str, task: Any) -> Any:
+    out = agent(base_url, key, task)
+    if inspect.isawaitable(out):
+        out = asyncio.run(_awaited(out))
+    return out
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class _Call(threading.Thread):
+    """One agent call in its own (daemon) thread: a hung agent cannot hold the runner."""
+
+    def __init__(self, agent, base_url: str, key: str, task: Any) -> None:
+        super().__init__(name="agent", daemon=True)
+        self.args = (agent, base_url, key, task)
+        self.result: Any = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = _call_agent(*self.args)
+        except BaseException as err:  # noqa: BLE001 - the user's code, whatever it raises
+            self.error = f"{type(err).__name__}: {err}"[:500]
+
+
+class AgentRollouts:
+    """Plays a batch of trajectories by calling the agent, behind a gateway of this
+    runner's engine (started on first use, and again if its server has died)."""
+
+    def __init__(self, config, engine, tokenizer) -> None:
+        self.config, self.engine, self.tokenizer = config, engine, tokenizer
+        self.agent = load_callable(config.agent, "agent")
+        self._tasks: dict[str, list[Any]] = {}
+        self.gateway: Gateway | None = None
+        self.base_url = ""
+        self.restarts = 0
+
+    def tasks(self, split: str) -> list[Any]:
+        if split not in self._tasks:
+            self._tasks[split] = load_tasks(self.config.agent_tasks, split)
+        return self._tasks[split]
+
+    def _serving(self, temperature: float, top_p: float, max_new_tokens: int) -> Gateway:
+        cfg = self.config
+        limits = GatewayLimits(
+            model=str(cfg.llm),
+            temperature=float(temperature),
+            top_p=float(top_p),
+            max_new_tokens=int(max_new_tokens),
+            max_context_tokens=int(cfg.max_context_tokens),
+            answer_timeout_s=float(cfg.agent_timeout_s),
+        )
+        if self.gateway is not None and not self.gateway.serving:
+            logger.warning("the agents' gateway stopped; starting a new one")
+            self.gateway.shutdown()
+            self.gateway = None
+            self.restarts += 1
+        if self.gateway is None:
+            self.gateway = Gateway(self.engine, self.tokenizer, limits)  # reseeded per batch
+            self.base_url = self.gateway.serve(host=cfg.agent_gateway_host)
+        self.gateway.limits = replace(limits, max_batch=self.gateway.limits.max_batch)
+        return self.gateway
+
+    def run(
+        self,
+        seeds: list[int],
+        groups: list[int],
+        params,
+        split: str = "train",
+        sample_seed: int = 0,
+        log: tuple[Any, Callable[[float, int, int], None]] | None = None,
+    ) -> list[Trajectory]:
+        """One trajectory per seed (the task ``tasks[seed % len(tasks)]``), the
+        engine's sampling seeded from ``sample_seed``. ``log``: the runner's metrics
+        logger and its sampling logger, for the batch's time and tokens and its
+        counts under ``agents/`` (errors, timeouts, calls without a model request,
+        context overflows, tool-call parse failures, gateway restarts). Returns once
+        every agent has returned or timed out and the engine runs none of their
+        requests."""
+        start = time.perf_counter()
+        gateway = self._serving(params.temperature, params.top_p, params.max_new_tokens)
+        gateway.reseed(sample_seed)
+        tasks = self.tasks(split)
+        counts_before = dict(gateway.counts)
+        reused_before = self.engine.prompt_tokens_reused
+        self.engine.clear_cache()  # the prefix cache holds this batch's conversations
+        limit = float(self.config.agent_timeout_s)
+        deadline = time.monotonic() + limit
+        calls: list[tuple[str, _Call]] = []
+        trajs = []
+        for seed, group in zip(seeds, groups, strict=True):
+            task = tasks[seed % len(tasks)]
+            traj = Trajectory(
+                env_id=self.config.agent,
+                env_name=_task_name(task, self.config.agent),
+                seed=seed,
+                group=group,
+                policy_version=self.engine.policy_version,
+            )
+            key = gateway.open(traj, deadline=deadline)
+            calls.append((key, _Call(self.agent, self.base_url, key, task)))
+            trajs.append(traj)
+        for _, call in calls:
+            call.start()
+        counts = Counter()
+        for key, call in calls:
+            call.join(max(0.0, deadline - time.monotonic()))
+            traj, requests = gateway.close(key)
+            try:
+                counts[_outcome(traj, call, requests, limit)] += 1
+            except Exception as err:  # noqa: BLE001 - whatever the agent's value does
+                counts["agent_errors"] += 1
+                _failed(traj, f"agent's result could not be read: {type(err).__name__}")
+        # A request that timed out may still be generating: the engine is the runner's
+        # again (new weights, sleep, cache) only once it is done.
+        idle_wait = max(_IDLE_WAIT_S, limit)
+        if not gateway.wait_idle(timeout=idle_wait):
+            raise RuntimeError(
+                f"the rollout engine did not finish an agent's request within {idle_wait:g} s "
+                "of the batch's end"
+            )
+        self.engine.clear_cache()
+        out = {name: counts[name] for name in _COUNTS}
+        out["tool_parse_failures"] = gateway.counts["tool_parse_failures"] - counts_before.get(
+            "tool_parse_failures", 0
+        )
+        out["gateway_restarts"] = self.restarts
+        if log is not None:
+            metrics, log_sampling = log
+            generated = sum(t.response_tokens for t in trajs)
+            log_sampling(time.perf_counter() - start, generated, reused_before)
+            for name, value in out.items():
+                metrics.log_value(("agents", name), value, window=1)
+        return trajs
+
+    def shutdown(self) -> None:
+        if self.gateway is not None:
+            self.gateway.shutdown()
+            self.gateway = None
+
+
+def _task_name(task: Any, agent: str) -> str:
+    if isinstance(task, dict) and isinstance(task.get("env"), str):
+        return task["env"]
+    return agent.rpartition(":")[2]
+
+
+#: the least time a batch waits for the engine to finish its agents' last requests
+_IDLE_WAIT_S = 120.0
+#: what :func:`_outcome` counts, per batch
+_COUNTS = ("agent_errors", "agent_timeouts", "agent_no_model_call", "context_overflows")
+
+
+def _outcome(traj: Trajectory, call: _Call, requests: int, limit: float) -> str:
+    """End ``traj`` from its agent call: its rewards, or the failure; what to count."""
+    traj.done = True
+    overflowed = traj.end_reason == "context_overflow"  # the gateway refused a prompt
+    if overflowed and not traj.turn_spans:
+        _failed(traj, "agent: its first prompt leaves no room for an answer in max_context_tokens")
+        traj.end_reason = "context_overflow"  # unplayable: its group is dropped
+        return "context_overflows"
+    if call.is_alive():
+        _failed(traj, f"agent: no return within agent_timeout_s={limit:g}")
+        return "agent_timeouts"
+    if overflowed:  # the turns before the overflow stand; the agent's reward if it gave one
+        traj.turn_rewards = [0.0] * len(traj.turn_spans)
+        if call.error is None:
+            traj.turn_rewards, traj.success = agent_outcome(call.result, len(traj.turn_spans))
+        return "context_overflows"
+    if call.error is not None:
+        _failed(traj, f"agent raised {call.error}")
+        return "agent_errors"
+    if requests == 0 or not traj.turn_spans:
+        _failed(traj, "agent: returned without a chat completions request answered")
+        return "agent_no_model_call"
+    try:
+        traj.turn_rewards, traj.success = agent_outcome(call.result, len(traj.turn_spans))
+    except ValueError as err:
+        _failed(traj, f"agent returned {_shown(call.result)}: {err}")
+        return "agent_errors"
+    traj.end_reason = "terminated"
+    return "ok"
+
+
+def _shown(value: Any) -> str:
+    try:
+        return repr(value)[:200]
+    except Exception:  # noqa: BLE001 - a user object whose repr fails
+        return f"a {type(value).__name__}"
+
+
+def _failed(traj: Trajectory, why: str) -> None:
+    logger.warning("agent trajectory (seed %d): %s; its group is dropped", traj.seed, why)
+    traj.turn_rewards = [0.0] * len(traj.turn_spans)
+    traj.error, traj.success, traj.end_reason = why, False, "env_error"

@@ -1,0 +1,341 @@
+"""Agent programs as the rollout (`agent`, `agent_tasks`): the env runner calls the
+user's function per trajectory behind its chat completions gateway, and what the
+agent generated trains as any trajectory does. The agents under test
+(tests/user_agents/plain_agents.py) import nothing of this project."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import learner_logp_gap, private_env, run_script, tiny_config, tiny_dict
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+from ragen_rllib.connectors.sample_batch import build_sample_pipeline
+from ragen_rllib.engines.base import SamplingParams
+from ragen_rllib.env_runner.agents import agent_outcome, load_callable, load_tasks
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+
+HERE = Path(__file__).resolve().parent
+AGENTS = HERE / "user_agents" / "plain_agents.py"
+ROOT = HERE.parent
+
+
+def tasks_file(tmp_path: Path, *records: dict) -> str:
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    path = tmp_path / f"tasks-{abs(hash(text))}.jsonl"
+    path.write_text(text)
+    return str(path)
+
+
+def agent_config(tmp_path: Path, *records: dict, **overrides):
+    return tiny_config(
+        agent=f"{AGENTS}:run",
+        agent_tasks=tasks_file(tmp_path, *records),
+        **{"max_new_tokens": 16, "max_turns": 5, **overrides},  # the agent decides turns
+    )
+
+
+def play(cfg, seeds: list[int]):
+    """The runner, and one trajectory per seed (the task ``seed % len(tasks)``)."""
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+    trajs = runner.run_episodes(seeds, list(seeds), params, sample_seed=0)  # a group a seed
+    return runner, trajs
+
+
+# ----- the contract, unit by unit ------------------------------------------------------
+def test_an_agents_return_value_becomes_turn_rewards():
+    assert agent_outcome(1.0, 3) == ([0.0, 0.0, 1.0], True)
+    assert agent_outcome(0, 1) == ([0.0], False)
+    out = agent_outcome({"reward": 1.0, "turn_rewards": [0.5, -0.1], "success": False}, 2)
+    assert out == ([0.5, 0.9], False)
+    # numpy's scalars are numbers and bools too
+    out = agent_outcome(
+        {"reward": np.float32(0.5), "turn_rewards": [np.int64(1)], "success": np.bool_(True)}, 1
+    )
+    assert out == ([1.5], True) and type(out[1]) is bool
+    for bad, says in [
+        ("great", "not a finite number"),
+        (float("nan"), "not a finite number"),
+        (True, "not a finite number"),
+        ({"reward": 1, "score": 2}, "unknown keys ['score']"),
+        ({"turn_rewards": [1.0]}, "1 turn_rewards for 2 model calls"),
+        ({"turn_rewards": ["a", 1]}, "list of finite numbers"),
+        ({"reward": 1, "success": "yes"}, "not a bool"),
+        (10**400, "not a finite number"),  # too large for a float
+    ]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            agent_outcome(bad, 2)
+
+
+def test_agent_specs_load_or_name_the_key(tmp_path):
+    assert load_callable(f"{AGENTS}:tasks", "agent")("eval")[0]["word"] == "left"
+    assert load_callable("json:dumps", "agent") is json.dumps
+    for spec, says in [
+        ("no_colon", "must be 'module:function'"),
+        ("a:b:c", "must be 'module:function'"),
+        ("no_such_module_here:run", "importing 'no_such_module_here' failed"),
+        (f"{tmp_path}/missing.py:run", "importing .* failed: FileNotFoundError"),
+        ("json:no_function", "has no function 'no_function'"),
+    ]:
+        with pytest.raises(ValueError, match=f"config agent=.* is invalid: .*{says}"):
+            load_callable(spec, "agent")
+    path = tasks_file(tmp_path, {"q": 1}, {"q": 2, "split": "eval"}, {"q": 3, "split": "train"})
+    assert load_tasks(path, "train") == [{"q": 1}, {"q": 3, "split": "train"}]
+    assert load_tasks(path, "eval") == [{"q": 2, "split": "eval"}]
+    with pytest.raises(ValueError, match="gives no 'eval' tasks"):
+        load_tasks(tasks_file(tmp_path, {"q": 1}), "eval")
+    with pytest.raises(ValueError, match="agent_tasks=.*JSONDecodeError"):
+        (tmp_path / "bad.jsonl").write_text("{not json\n")
+        load_tasks(str(tmp_path / "bad.jsonl"), "train")
+
+
+def test_the_config_checks_agent_and_tasks_together(tmp_path, monkeypatch):
+    tasks = tasks_file(tmp_path, {"mode": "talk", "word": "up"}, {"split": "eval", "word": "x"})
+    with pytest.raises(ValueError, match="config agent_tasks is missing: agent is set"):
+        tiny_config(agent=f"{AGENTS}:run", max_turns=5).check_values()
+    with pytest.raises(ValueError, match="config agent is missing: agent_tasks is set"):
+        tiny_config(agent="", agent_tasks=tasks, max_turns=5).check_values()
+    for key, value in [("max_turns", 3), ("context_window", 0), ("prefill", "")]:
+        with pytest.raises(ValueError, match=f"config {key}=.* is invalid with agent"):
+            with_agent = {"agent": f"{AGENTS}:run", "agent_tasks": tasks, "max_turns": 5}
+            tiny_config(**{**with_agent, key: value}).check_values()
+    with pytest.raises(ValueError, match="config agent_gateway_host='::1' is invalid"):
+        tiny_config(agent_gateway_host="::1").check_values()
+    with pytest.raises(ValueError, match="config agent_tasks=.* no 'eval' tasks"):
+        tiny_config(
+            agent=f"{AGENTS}:run", agent_tasks=tasks_file(tmp_path, {"a": 1}), max_turns=5
+        ).check_values()
+    with pytest.raises(ValueError, match="config curriculum is invalid with agent"):
+        tiny_config(
+            agent=f"{AGENTS}:run",
+            agent_tasks=tasks,
+            curriculum=[{"from_iteration": 0, "reset_options": {}}],
+            max_turns=5,
+        ).check_values()
+    with pytest.raises(
+        ValueError,
+        match=r"config agent_timeout_s=10000000000.0 is invalid: .* in \(0, 86400\]",
+    ):
+        tiny_config(agent_timeout_s=1e10).check_values()
+    with pytest.raises(ValueError, match="config agent_timeout_s=0 is invalid"):
+        tiny_config(agent_timeout_s=0).check_values()
+    # A file path is made absolute where the run starts (runners may start elsewhere).
+    monkeypatch.chdir(AGENTS.parent)
+    cfg = tiny_config(agent="plain_agents.py:run", agent_tasks=tasks, max_turns=5)
+    cfg.check_values()
+    assert cfg.agent == f"{AGENTS}:run"
+
+
+# ----- through the env runner ------------------------------------------------------------
+def test_agents_play_the_batch_and_their_answers_train_token_in_token_out(tmp_path):
+    """openai, async openai and raw HTTP agents; N=2 per group on one task; turns are
+    completions, the agent's rewards land on them, and the learner's log-probs of
+    the recorded ids equal the engine's."""
+    cfg = agent_config(
+        tmp_path,
+        {"mode": "talk", "word": "left", "turns": 2},
+        {"mode": "async", "word": "left"},
+        {"mode": "http", "word": "up"},
+        {"split": "eval", "mode": "talk", "word": "up"},
+    )
+    runner, trajs = play(cfg, [0, 0, 1, 1, 2, 2])
+    assert [t.end_reason for t in trajs] == ["terminated"] * 6, [t.error for t in trajs]
+    assert [t.num_turns for t in trajs] == [2, 2, 1, 1, 1, 1]
+    for t in trajs[:2]:  # the talk agent: a 0.5 bonus per answer block, 1 for the word
+        bonus = [0.5 if "<answer>" in a else 0.0 for a in t.answers]
+        assert t.turn_rewards == [bonus[0], bonus[1] + float("left" in t.answers[1])]
+        assert len(t.segments) == 1  # each request extended the last: one sequence
+    assert all(t.env_id == cfg.agent and t.env_name == "run" for t in trajs)
+    gap, tokens, _ = learner_logp_gap(cfg, trajs)
+    assert gap <= 1e-4 and tokens == sum(t.response_tokens for t in trajs)
+    metrics = runner.get_metrics()
+    assert metrics["agents"]["agent_errors"] == 0 and metrics["generated_tokens"] == tokens
+    # The second turn of a conversation reused the first's keys and values.
+    assert metrics["prompt_tokens_reused"] > 0
+    runner.stop()
+
+
+def test_an_agent_that_rewrites_its_history_gets_a_new_segment(tmp_path):
+    """Request 3 drops an answer: it opens a second sequence with its own context;
+    every answer stays exactly as sampled (its ids decode to what the agent read)."""
+    cfg = agent_config(tmp_path, {"mode": "edit", "word": "up"}, {"split": "eval", "word": "up"})
+    runner, (traj,) = play(cfg, [0])
+    assert traj.end_reason == "terminated" and traj.num_turns == 3
+    assert len(traj.segments) == 2
+    assert [span[0] for span in traj.turn_spans] == [0, 0, 1]
+    for turn, answer in enumerate(traj.answers):
+        assert runner.tokenizer.decode(traj.turn_ids(turn), skip_special_tokens=True) == answer
+    gap, _, _ = learner_logp_gap(cfg, [traj])
+    assert gap <= 1e-4
+    runner.stop()
+
+
+def test_failing_agents_drop_their_groups_and_are_counted(tmp_path):
+    cfg = agent_config(
+        tmp_path,
+        {"mode": "talk", "word": "up", "turns": 1},
+        {"mode": "raise"},
+        {"mode": "hang", "seconds": 20},
+        {"mode": "silent"},
+        {"mode": "bad", "word": "up"},
+        {"split": "eval", "word": "up"},
+        agent_timeout_s=4,
+        max_env_error_share=1.0,
+    )
+    runner, trajs = play(cfg, [0, 0, 1, 1, 2, 2, 3, 3, 4, 4])
+    reasons = [t.end_reason for t in trajs]
+    assert reasons == ["terminated"] * 2 + ["env_error"] * 8
+    assert trajs[2].error == "agent raised RuntimeError: the agent's own bug"
+    assert trajs[4].error == "agent: no return within agent_timeout_s=4"
+    assert "without a chat completions request" in trajs[6].error
+    assert trajs[8].error.startswith("agent returned 'great': reward 'great' is not a finite")
+    counts = runner.get_metrics()["agents"]
+    assert (counts["agent_errors"], counts["agent_timeouts"], counts["agent_no_model_call"]) == (
+        4,
+        2,
+        2,
+    )
+    metrics = MetricsLogger()
+    build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs, metrics=metrics)
+    assert [t.end_reason for t in trajs] == ["terminated"] * 2  # only group 0 is trained
+    assert metrics.peek(("rollout", "env_error_groups_dropped")) == 4
+    runner.stop()
+
+
+def test_a_dead_gateway_restarts_and_nothing_collected_is_lost(tmp_path):
+    cfg = agent_config(tmp_path, {"mode": "talk", "word": "up", "turns": 1}, {"split": "eval"})
+    runner, first = play(cfg, [0, 0])
+    gateway = runner._agents.gateway
+    gateway._server.should_exit = True  # the server dies between two batches
+    gateway._thread.join(timeout=10)
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+    second = runner.run_episodes([0, 0], [0, 0], params, sample_seed=1)
+    assert [t.end_reason for t in second] == ["terminated"] * 2
+    assert runner._agents.restarts == 1 and runner._agents.gateway is not gateway
+    assert runner.get_metrics()["agents"]["gateway_restarts"] == 1
+    runner.stop()
+
+
+def test_evaluation_draws_the_held_out_tasks(tmp_path):
+    cfg = agent_config(
+        tmp_path,
+        {"mode": "silent"},  # would fail: training tasks are not used
+        {"split": "eval", "mode": "talk", "word": "up", "turns": 1},
+        eval_samples_per_state=2,
+    )
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    metrics, trajs = runner.evaluate(num_states=2, first_seed=0, temperature=0.5)
+    assert len(trajs) == 2 and all(t.end_reason == "terminated" for t in trajs)
+    wins = [float(sum(t.turn_rewards) > 0) for t in trajs]  # success: a positive return
+    assert [t.success for t in trajs] == [w > 0 for w in wins]
+    assert metrics["pass@1"] == pytest.approx(sum(wins) / 2) and metrics["env_errors"] == 0
+    runner.stop()
+
+
+def test_a_stalled_engine_times_requests_out_and_the_batch_ends_idle(tmp_path):
+    """The engine stalls past agent_timeout_s: the agents' requests get 504 at the
+    batch's deadline, the trajectories fail as timeouts or errors, and the batch
+    returns only once the engine runs none of their requests."""
+    cfg = agent_config(
+        tmp_path, {"mode": "talk", "word": "up"}, {"split": "eval"}, agent_timeout_s=2
+    )
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    generate, running = runner.engine._generate, []
+
+    def stalled(request):
+        running.append(1)
+        time.sleep(4)
+        try:
+            return generate(request)
+        finally:
+            running.pop()
+
+    runner.engine._generate = stalled
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+    start = time.monotonic()
+    trajs = runner.run_episodes([0, 0], [0, 0], params, sample_seed=0)
+    assert time.monotonic() - start < 15
+    assert running == []  # the engine is the runner's again
+    assert [t.end_reason for t in trajs] == ["env_error"] * 2
+    assert all("504" in t.error or "agent_timeout_s=2" in t.error for t in trajs), trajs[0].error
+    runner.stop()
+
+
+def test_a_context_overflow_keeps_the_turns_before_it(tmp_path):
+    """The second request overflows max_context_tokens: the agent's first turn stands
+    and the trajectory ends as context_overflow (its group is trained on); a first
+    request that overflows leaves nothing to train (its group is dropped)."""
+    cfg = agent_config(
+        tmp_path,
+        {"mode": "talk", "word": "up", "turns": 3},
+        {"split": "eval"},
+        max_context_tokens=80,
+        max_new_tokens=40,
+    )
+    runner, (traj,) = play(cfg, [0])
+    assert traj.end_reason == "context_overflow" and traj.num_turns >= 1, traj.error
+    assert not traj.unplayable and traj.turn_rewards == [0.0] * traj.num_turns
+    assert runner.get_metrics()["agents"]["context_overflows"] == 1
+    long = {"mode": "talk", "word": "up " * 60, "turns": 1}
+    cfg = agent_config(tmp_path, long, {"split": "eval"}, max_context_tokens=80, max_new_tokens=40)
+    runner, (traj,) = play(cfg, [0])
+    assert traj.end_reason == "context_overflow" and traj.unplayable
+    assert "first prompt leaves no room" in traj.error
+
+
+def test_report_labels_cut_paths_but_never_merge_settings():
+    from ragen_rllib.cli.report_seeds import seed_groups
+
+    params = [{"agent": f"/x/{d}/a.py:run", "seed": s} for d in ("one", "two") for s in (0, 1)]
+    groups, _ = seed_groups(params)
+    assert list(groups.values()) == [[0, 1], [2, 3]]  # two settings, though one file name
+    params = [{"agent": f"/x/{d}.py:run", "seed": s} for d in ("one", "two") for s in (0, 1)]
+    assert list(seed_groups(params)[0]) == ['agent="one.py:run"', 'agent="two.py:run"']
+
+
+# ----- through the algorithm: Ray, the learner --------------------------------------------
+@pytest.mark.slow
+def test_an_openai_client_agent_trains_for_two_iterations(tmp_path):
+    """tuned_examples/agents/bandit_agent.py (the openai client and the standard
+    library) trains two iterations through StarPO."""
+    example = ROOT / "tuned_examples" / "agents" / "bandit_agent.py"
+    imported = set()
+    for node in ast.walk(ast.parse(example.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported == {"__future__", "random", "re", "openai"}  # nothing of the project
+    base = tiny_dict(
+        agent=f"{example}:run", agent_tasks=f"{example}:tasks", max_new_tokens=24, max_turns=5
+    )
+    script = """
+import json, ray
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+algo = StarPOConfig.from_user_dict(base).build_algo()
+rows = []
+for _ in range(2):
+    r = algo.train()
+    learner = r["learners"]["default_policy"]
+    rows.append({"trained": learner["num_module_steps_trained"],
+                 "loss": learner["total_loss"],
+                 "env_errors": r["rollout"]["env_errors"],
+                 "agent_errors": r["env_runners"]["agents"]["agent_errors"]})
+algo.stop()
+print(json.dumps(rows, default=float))
+"""
+    rows = run_script(
+        script, tmp_path, timeout=600, env=private_env(tmp_path), define={"base": base}
+    )
+    assert len(rows) == 2
+    for row in rows:
+        assert row["trained"] == 4 and row["env_errors"] == 0 and row["agent_errors"] == 0
+        assert row["loss"] == row["loss"]  # a number, not NaN
