@@ -96,8 +96,10 @@ def single_key_ok(key: str, v: Any) -> bool | None:
         return None if isinstance(v, str) and v.strip() else False
     if key == "env":
         return v in ENV_IDS
-    if key == "env_module":
-        return None if v in (None, "json") else False
+    if key in ("agent", "agent_tasks"):  # whether it imports, and the other is there
+        return None if v is None or isinstance(v, str) else False
+    if key == "env_module":  # any string may name an importable module ("abc" does)
+        return None if v is None or isinstance(v, str) else False
     if key == "env_config":
         return None if v == {} else False  # the built-in envs take no kwarg named "a"
     if key == "eval_pass_k":  # each k must also be <= eval_samples_per_state

@@ -23,11 +23,12 @@ import io
 import json
 import math
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
 from ragen_rllib.cli.experiments import UsageError
-from ragen_rllib.cli.report_seeds import differing_keys
+from ragen_rllib.cli.report_seeds import differing_keys, shown_value
 
 #: (title, [(label, key path in a result row)]), one panel each. A path with "*"
 #: stands for every key found there in the rows (a mixture's env, a suite and its env).
@@ -170,7 +171,7 @@ def trial_labels(trials: list[Path], params: list[dict[str, Any]]) -> list[str]:
     differ = differing_keys(params)
     labels = []
     for trial, p in zip(trials, params, strict=True):
-        shown = ", ".join(f"{k}={json.dumps(p.get(k))}" for k in differ[:3])
+        shown = ", ".join(f"{k}={shown_value(p.get(k))}" for k in differ[:3])
         labels.append(shown or re.sub(r"_\d{4}-\d\d-\d\d.*$", "", trial.name))
     return labels
 
@@ -262,7 +263,9 @@ def plot_curves(trials: list[Path], labels: list[str], results: list[list[dict]]
     notes = [f"{lab}: collapse warning at {w}" for lab, rows in zip(labels, results, strict=True)
              if (w := warning_iteration(rows)) is not None]  # fmt: skip
     fig.suptitle("; ".join(notes) or " ", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title above the first row
+    with warnings.catch_warnings():  # long legends: the layout does what it can, quietly
+        warnings.filterwarnings("ignore", message="Tight layout not applied")
+        fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title above the first row
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)

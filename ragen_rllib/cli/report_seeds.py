@@ -27,6 +27,14 @@ def differing_keys(params: list[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in params}) > 1]
 
 
+def shown_value(value: Any) -> str:
+    """A config value as a label shows it: JSON, an absolute file path cut to its file
+    name (``"/home/me/agents/bandit_agent.py:run"`` -> ``"bandit_agent.py:run"``)."""
+    if isinstance(value, str) and value.startswith("/"):
+        value = value.rsplit("/", 1)[1]
+    return json.dumps(value)
+
+
 def seed_groups(params: list[dict[str, Any]]) -> tuple[dict[str, list[int]], list[int]] | None:
     """({label of a setting: indices of its trials}, indices of the trials left out), or
     None when the trials have no seed axis (``seed`` takes one value) or no setting has
@@ -45,8 +53,9 @@ def seed_groups(params: list[dict[str, Any]]) -> tuple[dict[str, list[int]], lis
     # A dict value (env_config) is named by the entries that differ inside it.
     inner = {k: differing_keys([p[k] for p in rest.values()]) for k in differ
              if all(isinstance(p.get(k), dict) for p in rest.values())}  # fmt: skip
-    groups: dict[str, list[int]] = {}
+    groups: dict[str, list[int]] = {}  # by the full values
     order: dict[str, tuple] = {}
+    short: dict[str, str] = {}  # the label shown: absolute paths cut to file names
     for i, p in rest.items():
         named = []  # (name, value) of each differing entry
         for k in differ:
@@ -57,9 +66,13 @@ def seed_groups(params: list[dict[str, Any]]) -> tuple[dict[str, list[int]], lis
         label = ", ".join(f"{name}={json.dumps(value)}" for name, value in named) or "all trials"
         groups.setdefault(label, []).append(i)
         order[label] = tuple(_sort_key(value) for _, value in named)
+        short[label] = ", ".join(f"{name}={shown_value(value)}" for name, value in named)
     if max(len(v) for v in groups.values()) < 2:
         return None
-    return {label: groups[label] for label in sorted(groups, key=order.__getitem__)}, left_out
+    if len(set(short.values())) < len(short):  # file names alone would merge settings
+        short = {label: label for label in short}
+    ordered = sorted(groups, key=order.__getitem__)
+    return {short[label] or label: groups[label] for label in ordered}, left_out
 
 
 def _sort_key(value: Any) -> tuple:
