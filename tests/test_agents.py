@@ -329,12 +329,15 @@ for _ in range(2):
                  "loss": learner["total_loss"],
                  "env_errors": r["rollout"]["env_errors"],
                  "agent_errors": r["env_runners"]["agents"]["agent_errors"]})
+name = repr(algo)
 algo.stop()
-print(json.dumps(rows, default=float))
+print(json.dumps({"rows": rows, "repr": name}, default=float))
 """
-    rows = run_script(
+    out = run_script(
         script, tmp_path, timeout=600, env=private_env(tmp_path), define={"base": base}
     )
+    rows = out["rows"]
+    assert out["repr"].startswith("StarPO(agent=bandit_agent.py:run; ")  # Ray's log prefix
     assert len(rows) == 2
     for row in rows:
         assert row["trained"] == 4 and row["env_errors"] == 0 and row["agent_errors"] == 0

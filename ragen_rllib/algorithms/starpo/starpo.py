@@ -67,6 +67,13 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
     def get_default_config(cls) -> StarPOConfig:
         return StarPOConfig(cls)
 
+    def __repr__(self) -> str:
+        # Ray prefixes the trial's log lines with this: name the agent, not the unused env.
+        text = super().__repr__()
+        agent = getattr(self.config, "agent", None)
+        short = str(agent).rsplit("/", 1)[-1]  # a file path: its file name
+        return text.replace(f"env={self.config.env}", f"agent={short}") if agent else text
+
     def setup(self, config) -> None:
         import_env_modules(config)  # a Tune trial runs in its own process
         # The format warm-up (format_warmup_steps) trains here, once, before the learner
