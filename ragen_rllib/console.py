@@ -53,10 +53,11 @@ def quiet() -> None:
     # Ray 2.60's RLModule.__init__ builds a deprecated RLModuleConfig for every module
     # and warns about it; this project's modules pass only the new arguments.
     logging.getLogger("ray._common.deprecation").addFilter(DropMessages("RLModuleConfig object"))
-    # A new local cluster turns token authentication on and says so: the safe default,
-    # nothing to act on. (The warning that it is off stays.)
+    # A new local cluster turns token authentication on and says so (and, the first
+    # time in a HOME, that it made the token): the safe default, nothing to act on.
+    # (The warning that it is off stays.)
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
-        DropMessages("Token authentication is enabled")
+        DropMessages("Token authentication is enabled", "Generated new authentication token")
     )
     # Tune's and Train's bookkeeping, said at INFO level on every run: a slow trainable
     # setup (an LLM's is always slow; reuse_actors does not apply to one trial), each

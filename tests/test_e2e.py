@@ -39,6 +39,7 @@ def trained(tmp_path_factory):
 #: Third-party notices kept off the console (ragen_rllib/console.py says why).
 SILENCED = (
     "on the new API stack", "Token authentication is enabled", "Install gputil",
+    "Generated new authentication token",
     "Trainable.setup took", "Checkpoint successfully created at",
     "Wrote the latest version of all result files", "Started a local Ray instance",
     "Loading weights", "FutureWarning", "RLModuleConfig",
