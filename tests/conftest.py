@@ -158,6 +158,19 @@ def run_script(
     raise AssertionError(f"no JSON line in the script's output: {proc.stdout[-2000:]}")
 
 
+def run_bench(tmp: Path, script: str, *args: str, timeout: float = 600) -> Any:
+    """Run ``bench/<script>`` with ``args`` from ``tmp`` (another directory than the
+    repository's, a private HOME) and return the JSON object it prints; a non-zero
+    exit fails the test with the tail of stderr."""
+    bench = Path(__file__).resolve().parents[1] / "bench" / script
+    proc = subprocess.run(
+        [sys.executable, str(bench), *args],
+        cwd=tmp, env=private_env(tmp), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout[proc.stdout.index("{") :])
+
+
 def first_adamw_step_bound(g, g_ref, p_ref, lr=1e-4, eps=1e-8):
     """How far apart two parameters may end after AdamW's first step from the same
     start, given their gradients ``g`` and ``g_ref`` (numpy arrays), entry by entry.

@@ -41,7 +41,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +241,7 @@ class AgentRollouts:
         if self.gateway is None:
             self.gateway = Gateway(self.engine, self.tokenizer, limits)  # reseeded per batch
             self.base_url = self.gateway.serve(host=cfg.agent_gateway_host)
-        self.gateway.limits = replace(limits, max_batch=self.gateway.limits.max_batch)
+        self.gateway.limits = limits  # this batch's sampling (evaluation's temperature)
         return self.gateway
 
     def run(
@@ -267,7 +266,6 @@ class AgentRollouts:
         tasks = self.tasks(split)
         counts_before = dict(gateway.counts)
         reused_before = self.engine.prompt_tokens_reused
-        self.engine.clear_cache()  # the prefix cache holds this batch's conversations
         limit = float(self.config.agent_timeout_s)
         deadline = time.monotonic() + limit
         calls: list[tuple[str, _Call]] = []
@@ -303,7 +301,8 @@ class AgentRollouts:
                 f"the rollout engine did not finish an agent's request within {idle_wait:g} s "
                 "of the batch's end"
             )
-        self.engine.clear_cache()
+        self.engine.clear_cache()  # the batch's conversations (the gateway's own clear at
+        # its last close can come before a timed-out request's late generation)
         out = {name: counts[name] for name in _COUNTS}
         out["tool_parse_failures"] = gateway.counts["tool_parse_failures"] - counts_before.get(
             "tool_parse_failures", 0

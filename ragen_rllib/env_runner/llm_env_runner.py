@@ -277,11 +277,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         (:mod:`ragen_rllib.env_runner.env_mix`) with its turn limit and prompt style.
         """
         cfg = self.config
-        start = time.perf_counter()  # the envs' making counts (a remote one connects)
         if cfg.agent is not None:  # an agent program plays each trajectory (agents.py)
             self._agents = self._agents or AgentRollouts(cfg, self.engine, self.tokenizer)
             log = (self.metrics, self._log_sampling) if log_metrics else None
             return self._agents.run(seeds, groups, params, split, sample_seed, log)
+        start = time.perf_counter()  # the envs' making counts (a remote one connects)
         entries = [env or entry_of_group(self._mix, g) for g in groups]
         envs = self._make_envs(entries)
         options = {} if reset_options is None else {"options": reset_options}  # curriculum
