@@ -217,41 +217,55 @@ def test_one_update_in_1_2_or_4_microbatches_gives_the_same_parameters(trajector
             assert (np.abs(p.numpy() - p_ref) <= bound).all(), k
 
 
-def test_shared_prompts_give_the_plain_paths_logprobs_and_gradients(trajectories):
-    """Rows of a group encode their shared prompt once: same log-probabilities
-    (<= 1e-5) and the same gradients as encoding every row in full."""
-    from ragen_rllib.rl_module.scoring import (
-        _shared_prefix_hidden,
-        response_logprobs,
-        scored_positions,
-    )
+@pytest.mark.parametrize("window", [None, 0, 1, 2])
+@pytest.mark.parametrize("chunk", [128, 5])
+def test_shared_prefixes_give_the_plain_paths_logprobs_values_and_gradients(
+    window, chunk, monkeypatch
+):
+    """Each prefix the rows share encoded once (the prefix tree): the same
+    log-probabilities, entropies and critic values (<= 1e-5) and the same gradients
+    as encoding every row in full, on multi-turn FrozenLake batches in every context
+    mode (the whole history, and windows of 0, 1 and 2 turns), with the attention's
+    query chunks as long as a row and a few tokens short."""
+    from ragen_rllib.maths import batching
+    from ragen_rllib.rl_module.packing import Packed
+    from ragen_rllib.rl_module.scoring import response_logprobs
 
-    runner, trajs = trajectories
-    cfg = runner.config
+    monkeypatch.setattr(batching, "QUERY_CHUNK", chunk)
+    cfg = config(context_window=window, max_turns=4, group_size=4, seed=3)
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    trajs = runner.sample()
     module = LLMRLModule(
         observation_space=None, action_space=None, model_config=cfg.llm_module_config()
     )
+    assert module.shares_prefixes
     batch = build_learner_pipeline(cfg)(
         rl_module={"default_policy": module}, batch={}, episodes=trajs
     )["default_policy"]
-    chosen = scored_positions(batch)
-    assert (
-        _shared_prefix_hidden(
-            module.actor.base_model, batch["input_ids"], batch["attention_mask"], chosen
-        )
-        is not None
-    )  # the path is taken: 2 groups of 4 rows share their first prompt
+    batch = {k: torch.as_tensor(v) for k, v in batch.items()}
+    packed = Packed.from_rows(batch["input_ids"], batch["attention_mask"], True)
+    total = int(batch["attention_mask"].sum())
+    assert packed.shared is not None and packed.encoded < 0.8 * total  # the tree is used
+    if chunk == 5:  # the rows' own tokens in several chunks each
+        assert packed.shared.query_index.shape[0] > 2 * batch["input_ids"].shape[0]
+    if window is not None:  # one row a turn: rows of one trajectory share its start
+        assert batch["input_ids"].shape[0] > len(trajs)
+    mask = batch["response_mask"]
     outs, grads = [], []
     for share in (True, False):
-        module.actor.zero_grad()
-        out = response_logprobs(module.actor, batch, 1.0, share_prompts=share)
-        mask = batch["response_mask"]
-        ((out["logp"] * mask).sum() + (out["entropy"] * mask).sum()).backward()
-        outs.append(out)
-        grads.append({k: p.grad.clone() for k, p in module.actor.named_parameters()})
-    mask = batch["response_mask"] > 0
-    for key in ("logp", "entropy"):
-        assert (outs[0][key] - outs[1][key])[mask].abs().max() <= 1e-5, key
+        module.zero_grad()
+        module.shares_prefixes = share
+        out = response_logprobs(module.actor, batch, 1.0, share_prefixes=share)
+        values = module.compute_values(batch)
+        loss = (out["logp"] * mask).sum() + (out["entropy"] * mask).sum()
+        (loss + (values * mask).sum()).backward()
+        outs.append({**out, "values": values})
+        params = module.named_parameters()
+        grads.append({k: p.grad.clone() for k, p in params if p.grad is not None})
+    real = mask > 0
+    for key in ("logp", "entropy", "values"):
+        assert (outs[0][key] - outs[1][key])[real].abs().max() <= 1e-5, key
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
     for k, g in grads[0].items():
         assert (g - grads[1][k]).abs().max() <= 1e-4 * (grads[1][k].abs().max() + 1e-12), k
 
@@ -283,7 +297,7 @@ def test_packed_rows_give_the_padded_paths_logprobs_values_and_gradients(traject
     mask = batch["response_mask"]
     outs, grads = {}, {}
     for pack, module in modules.items():
-        out = response_logprobs(module.actor, batch, 1.0, share_prompts=False)
+        out = response_logprobs(module.actor, batch, 1.0, share_prefixes=False)
         values = module.compute_values(batch)
         loss = (out["logp"] * mask).sum() + (out["entropy"] * mask).sum()
         (loss + (values * mask).sum()).backward()

@@ -155,7 +155,8 @@ def test_a_checkpointed_critic_adds_its_layer_inputs_not_a_second_recomputed_lay
 
     ckpt, load = lines()
     inputs = shape.layers * load.microbatch_tokens * shape.hidden * 2  # bf16
-    assert ckpt["critic activations"] == inputs
+    gathered = shape.layers * load.gathered_positions * 2 * shape.kv_dim * 2
+    assert ckpt["critic activations"] == inputs + gathered
     assert ckpt["activations (one micro-batch)"] > inputs
     full, _ = lines(gradient_checkpointing=False)
     assert full["critic activations"] == full["activations (one micro-batch)"]
@@ -163,8 +164,9 @@ def test_a_checkpointed_critic_adds_its_layer_inputs_not_a_second_recomputed_lay
 
 def test_single_turn_groups_encode_their_prompt_once_per_microbatch():
     """P groups of N answers to one prompt each: the actor's transformer runs each
-    prompt once and every row's answer (the learner's shared-prompt path); not with
-    several turns, checkpointing or FSDP, which encode every row in full."""
+    prompt once and every row's answer (shared prefixes, also with checkpointing and
+    FSDP); the worst case of several turns counts no sharing, and share_prefixes:
+    false none at all."""
     base = dict(
         env="ragen/Bandit-v0", max_turns=1, env_groups=4, group_size=8, minibatch_size=32,
         max_context_tokens=256, max_new_tokens=24, max_tokens_per_microbatch=None,
@@ -173,11 +175,41 @@ def test_single_turn_groups_encode_their_prompt_once_per_microbatch():
     assert load.rows_per_microbatch == 32 and load.shared_prompts == 4
     assert load.microbatch_tokens == 4 * (256 - 24) + 32 * 24
     assert load.full_tokens == 32 * 256
-    for other in ({"max_turns": 3}, {"gradient_checkpointing": True}):
+    for other in ({"max_turns": 3}, {"share_prefixes": False}):
         load = workload(tiny_config(**{**base, **other}), 1)
         assert load.shared_prompts == 0 and load.microbatch_tokens == load.full_tokens
     fsdp = tiny_config(**base, num_learners=2, learner_strategy="fsdp")
-    assert workload(fsdp, 2).shared_prompts == 0
+    assert workload(fsdp, 2).shared_prompts == 2
+    assert workload(tiny_config(**base, gradient_checkpointing=True), 1).shared_prompts == 4
+
+
+def test_shared_prefixes_bound_a_pass_by_the_tokens_it_encodes():
+    """With shared prefixes max_tokens_per_microbatch bounds the tokens a pass encodes:
+    more rows fit in a pass (up to GATHERED_PER_ENCODED times the bound in padded
+    size), their activations are counted for the bound, and the keys and values the
+    attention gathers are counted on top; without sharing rows are bounded padded."""
+    from ragen_rllib.maths.batching import GATHERED_PER_ENCODED, QUERY_CHUNK
+
+    shape = known_shape(QWEN)
+    base = dict(env="ragen/FrozenLake-v0", max_turns=5, minibatch_size=64,
+                max_context_tokens=512, max_tokens_per_microbatch=2048,
+                model_dtype="float32")  # fmt: skip
+    shared = workload(tiny_config(**base), 1)
+    plain = workload(tiny_config(**base, share_prefixes=False), 1)
+    assert plain.rows_per_microbatch == 2048 // 512 and plain.encoded_bound is None
+    assert shared.rows_per_microbatch == GATHERED_PER_ENCODED * 2048 // 512
+    assert shared.encoded_bound == 2048 and shared.microbatch_tokens == 2048
+    assert plain.microbatch_tokens == 2048 and plain.gathered_positions == 0
+    chunks = 2048 // QUERY_CHUNK + shared.rows_per_microbatch
+    assert shared.gathered_positions == chunks * 512
+
+    def act(config, load):
+        lines = learner_lines(config, shape, 1, load)
+        return {x.component: x.bytes for x in lines}["activations (one micro-batch)"]
+
+    extra = shape.layers * chunks * 512 * 2 * shape.kv_dim * 4  # float32
+    config = tiny_config(**base)
+    assert act(config, shared) == act(config, plain) + extra
 
 
 def test_a_cpu_plan_counts_rays_processes_and_the_evaluation_batch():

@@ -35,7 +35,7 @@ from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.learner.loss import gap_over_learners
 from ragen_rllib.maths import advantages as adv
 from ragen_rllib.maths import off_policy
-from ragen_rllib.maths.batching import fill_plan, from_stream, microbatch_rows, take_rows, to_stream
+from ragen_rllib.maths.batching import fill_plan, from_stream, microbatches, take_rows, to_stream
 from ragen_rllib.maths.estimators import ESTIMATORS, StreamBatch
 
 #: Per-trajectory columns: read by ComputeAdvantages and removed there, so that every
@@ -236,7 +236,9 @@ def _by_microbatches(module, rows: dict[str, torch.Tensor], device, max_tokens, 
     gradients, in micro-batches of at most ``max_tokens`` padded tokens  # -> [R, T]
     fp32 on the CPU."""
     out = torch.zeros(rows["input_ids"].shape, dtype=torch.float32)
-    plan = microbatch_rows(rows["attention_mask"].sum(1).tolist(), max_tokens)
+    plan = microbatches(
+        rows["input_ids"], rows["attention_mask"], max_tokens, module.shares_prefixes
+    )
     if any(is_sharded(p) for p in module.parameters()):
         # FSDP: each forward gathers the layers from all learners, which must
         # therefore run as many passes as the learner with the most.

@@ -30,7 +30,7 @@ from ragen_rllib.learner.fsdp import FSDPLearnerMixin
 from ragen_rllib.learner.loss import Denominators, gap_over_learners, minibatch_logs, starpo_loss
 from ragen_rllib.learner.minibatches import TrajectoryMinibatches
 from ragen_rllib.maths import off_policy
-from ragen_rllib.maths.batching import fill_plan, microbatch_rows, num_minibatches, take_rows
+from ragen_rllib.maths.batching import fill_plan, microbatches, num_minibatches, take_rows
 from ragen_rllib.rl_module.scoring import response_logprobs
 
 logger = logging.getLogger(__name__)
@@ -135,8 +135,10 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
             attention[r, : len(seq)] = 1
             scored[r, len(prompts[i]) : len(seq)] = 1
         out = [[0.0] * len(reasonings) for _ in prompts]
-        lengths = attention.sum(1).tolist()
-        for part in microbatch_rows(lengths, self.config.max_tokens_per_microbatch):
+        plan = microbatches(
+            ids, attention, self.config.max_tokens_per_microbatch, module.shares_prefixes
+        )
+        for part in plan:
             batch = take_rows(
                 {"input_ids": ids, "attention_mask": attention, "response_mask": scored}, part
             )
@@ -232,8 +234,12 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
         ddp = self.config.num_learners > 1
         plans, denoms = {}, {}
         for mid, module_batch in batch.items():
-            lengths = module_batch["attention_mask"].sum(1).tolist()
-            plans[mid] = microbatch_rows(lengths, self.config.max_tokens_per_microbatch)
+            plans[mid] = microbatches(
+                module_batch["input_ids"],
+                module_batch["attention_mask"],
+                self.config.max_tokens_per_microbatch,
+                self._unwrapped(mid).shares_prefixes,
+            )
             denoms[mid] = Denominators.of(module_batch["response_mask"], over_learners=True)
         steps = max((len(p) for p in plans.values()), default=0)
         if self._fsdp:  # every forward is a collective: all learners run the same count

@@ -10,6 +10,7 @@ micro-batches that fit in memory).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -66,9 +67,112 @@ def minibatch_plan(
     return plan
 
 
-#: The learner encodes a prompt shared by several rows once only when that saves at
-#: least this share of the batch's tokens (the memory planner models the same rule).
-MIN_SHARED_SAVING = 0.2
+#: The learner encodes the prefixes rows share once only when that saves at least
+#: this share of a micro-batch's tokens: below it, plain packing's causal attention
+#: costs less than the shared layout (the memory planner models the same rule).
+MIN_SHARED_SAVING = 0.05
+#: With shared prefixes a micro-batch is bounded by the tokens it encodes; its rows
+#: times its longest row (what attention gathers keys and values for, a few percent
+#: of an encoded token's memory each) stay within this many times that bound.
+GATHERED_PER_ENCODED = 8
+#: With shared prefixes, attention runs in chunks of each row's own tokens (those it
+#: lays down), at least this long and at most this many a row; each chunk gathers the
+#: keys and values of its row up to it.
+QUERY_CHUNK = 128
+MAX_CHUNKS_PER_ROW = 8
+
+
+@dataclass
+class PrefixTree:
+    """Rows' tokens as a prefix tree, from :func:`prefix_tree`.
+
+    order: the rows sorted by their tokens; own[r]: how many of row r's first
+    tokens it shares with the row before it in that order (the tokens it does not
+    lay down); index: [R, L] the packed position of each row token (N: padding);
+    encoded: N, the tokens laid down."""
+
+    order: list[int]
+    own: list[int]
+    lengths: list[int]
+    index: np.ndarray
+    encoded: int
+
+
+def prefix_tree(ids: np.ndarray, lengths: np.ndarray) -> PrefixTree:
+    """The packed layout of right-padded rows ``ids  # [R, T]`` of ``lengths  # [R]``
+    with each distinct prefix once.
+
+    Sorted lexicographically, a row's longest common prefix with any row before it
+    is its common prefix with the row just before it, so one pass over the sorted
+    rows finds every shared token."""
+    lengths = [int(x) for x in lengths]
+    width = max(lengths) if lengths else 0
+    rows = np.where(np.arange(ids.shape[1])[None, :] < np.asarray(lengths)[:, None], ids, -1)
+    rows = rows[:, :width]
+    # Padding (-1) sorts first, so a row that is a prefix of another sorts before it.
+    order = np.lexsort(rows.T[::-1]).tolist() if len(lengths) else []
+    index = np.full((len(lengths), width), 0, dtype=np.int64)
+    own = [0] * len(lengths)
+    n, prev = 0, None
+    for r in order:
+        length = lengths[r]
+        s = 0
+        if prev is not None:
+            limit = min(length, lengths[prev])
+            differ = np.flatnonzero(rows[r, :limit] != rows[prev, :limit])
+            s = int(differ[0]) if differ.size else limit
+            index[r, :s] = index[prev, :s]
+        index[r, s:length] = np.arange(n, n + length - s)
+        n += length - s
+        own[r], prev = s, r
+    for r, length in enumerate(lengths):
+        index[r, length:] = n  # padding reads the zero row after the packed tokens
+    return PrefixTree(order=order, own=own, lengths=lengths, index=index, encoded=n)
+
+
+def shared_microbatch_rows(
+    ids: np.ndarray, lengths: list[int], max_tokens: int | None
+) -> list[list[int]]:
+    """Micro-batches of rows that share prefixes  # -> row indices.
+
+    Rows go in prefix order (:func:`prefix_tree`), so that rows with a common
+    beginning land in one micro-batch, and a micro-batch takes rows while the
+    tokens its packing encodes (its first row whole, each later row after its
+    common prefix with the row before) stay within ``max_tokens`` and its rows
+    times its longest row within :data:`GATHERED_PER_ENCODED` times that; a row
+    longer than ``max_tokens`` goes alone. ``max_tokens=None``: one micro-batch
+    holding every row, in order."""
+    if max_tokens is None:
+        return [list(range(len(lengths)))] if lengths else []
+    tree = prefix_tree(ids, np.asarray(lengths))
+    out: list[list[int]] = []
+    encoded = longest = 0
+    for r in tree.order:
+        length = lengths[r]
+        cost = length - tree.own[r]
+        rows = len(out[-1]) + 1 if out else 0
+        wide = max(longest, length)
+        fits = encoded + cost <= max_tokens and rows * wide <= GATHERED_PER_ENCODED * max_tokens
+        if out and fits:
+            out[-1].append(r)
+            encoded, longest = encoded + cost, wide
+        else:
+            out.append([r])
+            encoded, longest = length, length
+    return out
+
+
+def microbatches(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, max_tokens: int | None, shared: bool
+) -> list[list[int]]:
+    """The micro-batch plan of a right-padded [R, T] batch  # -> row indices: bounded by
+    the tokens each pass encodes when the model encodes shared prefixes once
+    (``shared``, :func:`shared_microbatch_rows`), else by its padded tokens
+    (:func:`microbatch_rows`)."""
+    lengths = attention_mask.sum(1).tolist()
+    if shared:
+        return shared_microbatch_rows(input_ids.cpu().numpy(), lengths, max_tokens)
+    return microbatch_rows(lengths, max_tokens)
 
 
 def microbatch_rows(lengths: list[int], max_tokens: int | None) -> list[list[int]]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ragen_rllib.maths.batching import MIN_SHARED_SAVING
+from ragen_rllib.maths.batching import GATHERED_PER_ENCODED, MIN_SHARED_SAVING, QUERY_CHUNK
 from ragen_rllib.planning.shapes import ModelShape
 
 GIB = 1 << 30
@@ -74,22 +74,35 @@ class Workload:
     rows_per_microbatch: int  # training sequences in one forward/backward pass
     sequences: int  # P x N trajectories sampled per iteration
     #: Prompts the actor encodes once for all the rows of a micro-batch that share
-    #: them (single-turn groups); 0: every row is encoded in full.
+    #: them (single-turn groups: the sharing every batch has); 0: none counted.
     shared_prompts: int = 0
     evaluation_rows: int = 0  # rows the engine holds at once while evaluating
+    #: With shared prefixes: the tokens one pass encodes at most
+    #: (max_tokens_per_microbatch); None: rows are bounded by their padded size.
+    encoded_bound: int | None = None
 
     @property
     def full_tokens(self) -> int:
-        """Tokens of one micro-batch with every row encoded in full (the critic's)."""
+        """Tokens of one micro-batch with every row encoded in full."""
         return self.rows_per_microbatch * self.trajectory_tokens
 
     @property
     def microbatch_tokens(self) -> int:
-        """Tokens the actor's transformer runs in one micro-batch."""
-        if not self.shared_prompts:
-            return self.full_tokens
-        prompt = self.trajectory_tokens - self.response_tokens
-        return self.shared_prompts * prompt + self.rows_per_microbatch * self.response_tokens
+        """Tokens the transformer runs in one micro-batch, at most."""
+        tokens = self.full_tokens
+        if self.shared_prompts:
+            prompt = self.trajectory_tokens - self.response_tokens
+            tokens = self.shared_prompts * prompt + self.rows_per_microbatch * self.response_tokens
+        return min(tokens, self.encoded_bound or tokens)
+
+    @property
+    def gathered_positions(self) -> int:
+        """Key positions the attention gathers in one pass with shared prefixes (each
+        query chunk reads its row up to it), at most; 0 without sharing."""
+        if self.encoded_bound is None:
+            return 0
+        chunks = -(-self.microbatch_tokens // QUERY_CHUNK) + self.rows_per_microbatch
+        return chunks * self.trajectory_tokens
 
 
 def workload(
@@ -99,24 +112,26 @@ def workload(
     response_tokens: int | None = None,
 ) -> Workload:
     """Worst case by default: every training sequence at the context limit, with as
-    many generated tokens as its turns allow."""
+    many generated tokens as its turns allow, sharing no more than every batch
+    shares."""
     tokens = int(trajectory_tokens or config.max_context_tokens)
     turns = 1 if config.context_window is not None else config.max_turns
     response = min(tokens, response_tokens or turns * config.max_new_tokens)
     per_learner = max(1, -(-config.minibatch_size // num_learners))
+    bound = config.max_tokens_per_microbatch
+    sharing = bool(config.pack_sequences and config.share_prefixes)
     rows = per_learner
-    if config.max_tokens_per_microbatch:
-        rows = max(1, min(per_learner, config.max_tokens_per_microbatch // tokens))
+    if bound:
+        # Shared prefixes: a pass encodes at most `bound` tokens, and its rows times
+        # its longest row stay within GATHERED_PER_ENCODED times that.
+        padded = GATHERED_PER_ENCODED * bound if sharing else bound
+        rows = max(1, min(per_learner, padded // tokens))
     # The N answers of a group to one prompt: the actor encodes the prompt once per
-    # micro-batch (rows are sorted by length, so a micro-batch may hold every group).
-    # Not with gradient checkpointing or FSDP, which encode every row in full.
+    # micro-batch (rows sharing prefixes go to the same micro-batch).
     shared = 0
-    fsdp = config.learner_strategy == "fsdp" and num_learners > 1
-    single_turn = config.max_turns == 1 and config.group_size > 1
-    if single_turn and not config.gradient_checkpointing and not fsdp:
+    if sharing and config.max_turns == 1 and config.group_size > 1:
         groups = -(-config.env_groups // num_learners)
         shared = min(rows, groups)
-        # The learner shares only when that saves enough of the tokens.
         saved = rows * tokens - (shared * (tokens - response) + rows * response)
         if saved < MIN_SHARED_SAVING * rows * tokens:
             shared = 0
@@ -125,7 +140,13 @@ def workload(
         samples = max(1, config.eval_samples_per_state)
         evaluation = min(config.eval_num_states * samples, config.rollout_batch_size)
     return Workload(
-        tokens, response, rows, config.env_groups * config.group_size, shared, evaluation
+        tokens,
+        response,
+        rows,
+        config.env_groups * config.group_size,
+        shared,
+        evaluation,
+        encoded_bound=bound if sharing and bound else None,
     )
 
 
@@ -140,22 +161,29 @@ def layer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int) -> 
     return tokens * kept * dtype_bytes
 
 
+def gathered_bytes(shape: ModelShape, load: Workload, dtype_bytes: int) -> int:
+    """Shared prefixes: the keys and values the attention gathers per query chunk and
+    keeps for the backward pass, every layer."""
+    return shape.layers * load.gathered_positions * 2 * shape.kv_dim * dtype_bytes
+
+
 def activation_line(shape: ModelShape, load: Workload, dtype_bytes: int, checkpointing: bool):
     t = load.microbatch_tokens
     full = shape.layers * layer_activation_bytes(shape, t, dtype_bytes)
-    # With checkpointing every row is encoded in full (no shared prompts); one layer
-    # is recomputed at a time, on top of the kept inputs.
-    f = load.full_tokens
-    kept_inputs = shape.layers * f * shape.hidden * dtype_bytes
-    ckpt = kept_inputs + layer_activation_bytes(shape, f, dtype_bytes)
+    # With checkpointing one layer is recomputed at a time, on top of the kept inputs.
+    kept_inputs = shape.layers * t * shape.hidden * dtype_bytes
+    ckpt = kept_inputs + layer_activation_bytes(shape, t, dtype_bytes)
+    gathered = gathered_bytes(shape, load, dtype_bytes)
     used, other = (ckpt, full) if checkpointing else (full, ckpt)
-    shared = (
-        f", {load.shared_prompts} shared prompts encoded once ({t:,} tokens)"
-        if load.shared_prompts
-        else ""
-    )
+    used, other = used + gathered, other + gathered
+    if load.encoded_bound is not None:
+        encoded = f"<= {t:,} tokens encoded (shared prefixes once)"
+    elif load.shared_prompts:
+        encoded = f"{load.shared_prompts} shared prompts encoded once ({t:,} tokens)"
+    else:
+        encoded = f"{t:,} tokens"
     note = (
-        f"{load.rows_per_microbatch} x {load.trajectory_tokens} tokens{shared}; "
+        f"{load.rows_per_microbatch} x {load.trajectory_tokens} tokens, {encoded}; "
         f"checkpointing {'on' if checkpointing else 'off'} ({fmt_bytes(other)} with it "
         f"{'off' if checkpointing else 'on'})"
     )
@@ -172,7 +200,7 @@ def learner_lines(config, shape: ModelShape, num_learners: int, load: Workload) 
     """One learner's memory during its update."""
     fsdp = config.learner_strategy == "fsdp" and num_learners > 1
     shard = num_learners if fsdp else 1
-    model_bytes = DTYPE_BYTES[config.model_dtype]
+    model_bytes = DTYPE_BYTES[config.model_dtype_used]
     params = shape.params()
     how = f" / {shard} (FSDP)" if fsdp else ""
     lines = []
@@ -219,10 +247,11 @@ def learner_lines(config, shape: ModelShape, num_learners: int, load: Workload) 
         lines.append(Line("critic gradients (fp32)", critic_trainable * 4 // shard, ""))
         # With checkpointing both models keep their layer inputs, and the backward
         # pass recomputes one layer of one model at a time (counted in ``act``).
-        critic_act = (
-            shape.layers * load.full_tokens * shape.hidden * compute_bytes
+        t = load.microbatch_tokens
+        critic_act = gathered_bytes(shape, load, compute_bytes) + (
+            shape.layers * t * shape.hidden * compute_bytes
             if checkpointing
-            else shape.layers * layer_activation_bytes(shape, load.full_tokens, compute_bytes)
+            else shape.layers * layer_activation_bytes(shape, t, compute_bytes)
         )
         lines.append(Line("critic activations", critic_act, "the same micro-batch"))
     if config.kl_coeff and not config.lora_rank:

@@ -32,9 +32,9 @@ from torch import nn
 
 from ragen_rllib.console import no_progress_bars, quiet
 from ragen_rllib.distributed.collectives import full, is_sharded
-from ragen_rllib.models.attention import avoid_per_shape_attention_kernels
 from ragen_rllib.models.lora import LoraSettings, adapter_weights
 from ragen_rllib.models.lora import wrap as wrap_lora
+from ragen_rllib.models.runtime import avoid_per_shape_attention_kernels, keep_freed_memory
 from ragen_rllib.rl_module import packing
 from ragen_rllib.rl_module.packing import Packed, packed_hidden
 from ragen_rllib.rl_module.scoring import packs, response_logprobs
@@ -56,6 +56,7 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
 
         cfg = self.model_config
         avoid_per_shape_attention_kernels()
+        keep_freed_memory()  # a CPU learner's large tensors are reused, not page-faulted
         # Trained weights (and so the optimizer's updates and moments) stay float32:
         # an update of lr=1e-6 is far below bfloat16's resolution and would round
         # away. "bfloat16" is the compute dtype, through autocast, as in mixed precision.
@@ -80,6 +81,8 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
             for net in (self.actor, getattr(self, "critic", None)):
                 if net is not None:
                     packing.enable(net)
+        #: each token prefix the rows of a pass share is encoded once (packed rows only)
+        self.shares_prefixes = bool(cfg.get("share_prefixes", True)) and packs(self.actor)
         if cfg.get("gradient_checkpointing") and not self.inference_only:
             for net in (self.actor, getattr(self, "critic", None)):
                 if net is not None:
@@ -132,13 +135,10 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         """The actor's ``logp`` and ``entropy`` of the batch's response tokens  # [B, T]
         (:func:`~ragen_rllib.rl_module.scoring.response_logprobs`). Under FSDP every
         learner must call it together (each forward gathers the layers)."""
+        share = self.shares_prefixes
         if hasattr(self.actor, "score_responses"):  # FSDP: inside the root unit's hooks
-            # Shared prompts would run each layer twice per forward, which FSDP's
-            # per-layer gradient reduction does not expect: rows are encoded in full.
-            return self.actor.score_responses(
-                batch, self.temperature, self._autocast, share_prompts=False
-            )
-        return response_logprobs(self.lm, batch, self.temperature, self._autocast)
+            return self.actor.score_responses(batch, self.temperature, self._autocast, share)
+        return response_logprobs(self.lm, batch, self.temperature, self._autocast, share)
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         out = self.score(batch)
@@ -150,7 +150,9 @@ class LLMRLModule(TorchRLModule, ValueFunctionAPI):
         """V(state before token t) for every position t  # [B, T] (0 at t=0)."""
         with self._autocast():
             if packs(self.critic):
-                packed = Packed.from_rows(batch["input_ids"], batch["attention_mask"])
+                packed = Packed.from_rows(
+                    batch["input_ids"], batch["attention_mask"], self.shares_prefixes
+                )
                 hidden = packed.unpack(
                     packed_hidden(self.critic, packed), batch["input_ids"].shape[1]
                 )  # [B, T, H], 0 on padding

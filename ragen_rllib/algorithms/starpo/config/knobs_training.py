@@ -285,8 +285,8 @@ LEARNER = knobs(
         "max_tokens_per_microbatch",
         None,
         integer(1, none_ok=True, null="the whole minibatch in one pass"),
-        "padded tokens per forward/backward pass at most (gradients accumulate; the "
-        "update is the same)",
+        "tokens per forward/backward pass at most: padded rows, or with share_prefixes the "
+        "tokens encoded (gradients accumulate; the update is the same)",
     ),
     K(
         "learner_strategy",
@@ -306,6 +306,14 @@ LEARNER = knobs(
         True,
         boolean(),
         "lay a micro-batch's rows end to end in one sequence (no compute on padding)",
+    ),
+    K(
+        "share_prefixes",
+        True,
+        boolean(),
+        "with pack_sequences: encode each token prefix a pass's rows share once (system "
+        "message, a group's first prompt, earlier turns); max_tokens_per_microbatch then "
+        "counts the tokens encoded",
     ),
     K(
         "max_nonfinite_updates",
