@@ -282,6 +282,62 @@ def test_prefix_cache_gives_the_logprobs_of_a_full_encode(runner):
         )
 
 
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_common_prefix_is_encoded_once_and_changes_no_answer(runner, monkeypatch, keyed):
+    """The tokens every prompt of a call begins with (the chat template's system
+    message and the env's instructions) are encoded once for the whole call and
+    kept for the next call until the cache is cleared: every answer and its
+    log-probabilities are those of an engine that encodes each prompt in full."""
+    from ragen_rllib.engines import prefix_cache as engine_module
+    from ragen_rllib.engines.base import SamplingParams
+    from ragen_rllib.engines.hf_engine import HFEngine
+
+    tok = runner.tokenizer
+    engine = HFEngine(
+        runner._model_path, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    head = "Reach the goal. Symbols: P you, G goal, O hole.\n"
+    turn1 = [runner.chat.prompt_ids(head + t) for t in ("G _ P", "P _ _ O G", "_ _ P", "G _ P")]
+    turn2 = [runner.chat.prompt_ids(head + t) for t in ("O P", "P G _", "_ P O _", "P _")]
+    # A third call whose prompts part earlier: their common prefix is part of the kept one.
+    turn3 = [runner.chat.prompt_ids(t) for t in ("Reach it. G _ P", "Reach the hole. P _")]
+    common = engine_module.common_prefix_length(turn1[0], turn1[1])
+    assert common >= 16 and turn1[0][:common] == turn2[2][:common]
+    assert 8 <= engine_module.common_prefix_length(*turn3) < common
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=10)
+    keys = list(range(4)) if keyed else None
+    keys_of = {1: keys, 2: keys, 3: None if keys is None else [10, 11]}
+    encoded: list[tuple[int, ...]] = []  # the input shape of every forward pass
+    hook = engine.model.get_input_embeddings().register_forward_hook(
+        lambda m, args, out: encoded.append(tuple(args[0].shape))
+    )
+    engine.clear_cache()
+    before = engine.prompt_tokens_reused
+    calls = ((turn1, 1), (turn2, 2), (turn3, 3))
+    shared = [engine.generate(p, params, seed=s, cache_keys=keys_of[s]) for p, s in calls]
+    hook.remove()
+    engine.clear_cache()
+    # The common prefix is one pass of its own, once for all calls (the third one's is
+    # cut from it); the prompts' rests follow (turn 1: rows 0 and 3 are one prompt,
+    # encoded once), then the decode steps (one token a row).
+    assert encoded.count((1, common)) == 1 and encoded[0] == (1, common)
+    prefills = [shape for shape in encoded if shape[1] > 1 and shape != (1, common)]
+    assert [rows for rows, _ in prefills] == [3, 4, 2]
+    assert max(width for _, width in prefills[:2]) < max(len(p) for p in turn1 + turn2) - common + 1
+    # Every row reuses the prefix (a trajectory's own cache may give a row more).
+    assert engine.prompt_tokens_reused - before >= common * 8
+    monkeypatch.setattr(engine_module, "MIN_COMMON_PREFIX", 10**9)  # never shared
+    plain_engine = HFEngine(
+        runner._model_path, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    plain = [plain_engine.generate(p, params, seed=s) for p, s in calls]
+    for turn_a, turn_b in zip(shared, plain, strict=True):
+        for a, b in zip(turn_a, turn_b, strict=True):
+            assert a.ids == b.ids
+            pairs = zip(a.behaviour_logp, b.behaviour_logp, strict=True)
+            assert max(abs(x - y) for x, y in pairs) <= 1e-5
+
+
 def test_ended_rows_leave_the_batch_without_changing_any_answer(runner, monkeypatch):
     """Rows whose answers ended are dropped from the decode batch (in bulk): every
     row's tokens and log-probabilities are those of a batch that keeps all rows to

@@ -1,86 +1,25 @@
 """HFEngine: the CPU default rollout engine, on Hugging Face transformers.
 
 A hand-written sampling loop over the KV cache, so the behaviour log-probs come
-from the same forward pass that chose the tokens. Given ``cache_keys`` (one per
-trajectory), it keeps each trajectory's keys and values between calls, so a
-turn encodes only what the previous turn's context did not already hold (prefix
-caching). The contract it meets is :mod:`ragen_rllib.engines.base`'s.
+from the same forward pass that chose the tokens. What a prompt reuses of
+earlier keys and values (its trajectory's last turn, the prefix every prompt of
+the call begins with) is :mod:`~ragen_rllib.engines.prefix_cache`'s. The
+contract it meets is :mod:`ragen_rllib.engines.base`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
 
 from ragen_rllib.console import no_progress_bars
 from ragen_rllib.engines.base import GenerateRequest, Generation, RolloutEngine, SamplingParams
-from ragen_rllib.models.attention import avoid_per_shape_attention_kernels
-
-
-@dataclass
-class _Prefix:
-    """What the engine keeps of one trajectory between turns: the token ids whose keys
-    and values it has computed, and those, per layer as (keys, values) of shape
-    [kv_heads, len(ids), head_dim]."""
-
-    ids: list[int]
-    kv: list[tuple[torch.Tensor, torch.Tensor]]
-
-
-class _BufferLayer(DynamicLayer):
-    """A cache layer that writes keys and values into one buffer allocated for the
-    whole answer, instead of concatenating the cache anew at every decode step."""
-
-    def __init__(self, capacity: int):
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        b, h, _, d = key_states.shape
-        # Uninitialised: attention reads only the positions written so far.
-        self._keys = key_states.new_empty((b, h, self.capacity, d))
-        self._values = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
-        self.is_initialized = True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if end > self.capacity:
-            raise RuntimeError(f"cache of {self.capacity} positions cannot take {end}")
-        self._keys[:, :, self.length : end] = key_states
-        self._values[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            # Copy the filled positions only; the rest of the buffer is still free.
-            keys = self._keys.new_empty((len(indices), *self._keys.shape[1:]))
-            values = self._values.new_empty((len(indices), *self._values.shape[1:]))
-            keys[:, :, : self.length] = self._keys[indices, :, : self.length]
-            values[:, :, : self.length] = self._values[indices, :, : self.length]
-            self._keys, self._values = keys, values
-            self.keys = self._keys[:, :, : self.length]
-            self.values = self._values[:, :, : self.length]
-
+from ragen_rllib.engines.prefix_cache import PrefixCache
+from ragen_rllib.models.runtime import avoid_per_shape_attention_kernels, keep_freed_memory
 
 #: Rows whose answers have ended leave the decode batch once they are this share of it.
 COMPACT_SHARE = 0.25
-
-
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def _sample(
@@ -161,6 +100,8 @@ class HFEngine(RolloutEngine):
 
         if torch.device(device).type == "cuda":
             avoid_per_shape_attention_kernels()
+        else:
+            keep_freed_memory()
         with no_progress_bars():
             model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model = model.to(device)
@@ -171,15 +112,16 @@ class HFEngine(RolloutEngine):
         self.device = torch.device(device)
         self.max_batch_size = max_batch_size
         self.policy_version = 0
-        self._prefixes: dict[Hashable, _Prefix] = {}
+        self.cache = PrefixCache(self.model, self.device)
         #: prompt tokens taken from the prefix cache instead of encoded, lifetime
         self.prompt_tokens_reused = 0
         self.sleep_level = int(sleep_level)
         self._shapes: dict[str, torch.Size] = {}
 
     def clear_cache(self) -> None:
-        """Forget every trajectory's keys and values (call when its trajectories end)."""
-        self._prefixes.clear()
+        """Forget every trajectory's keys and values (call when its trajectories end)
+        and the common prefixes of their prompts."""
+        self.cache.clear()
 
     def _sleep(self, level: int) -> str:
         params = dict(self.model.named_parameters())  # a tied head is listed once
@@ -229,40 +171,6 @@ class HFEngine(RolloutEngine):
             out.extend(self._generate_batch(prompts[start:stop], request.params, gen, keys))
         return out
 
-    def _past(self, prompts: list[list[int]], keys: list[Hashable] | None, capacity_extra: int):
-        """Rows' reusable prefixes as one left-padded cache with room for
-        ``capacity_extra`` more positions: (reused lengths, cache, its mask [n, C])."""
-        n = len(prompts)
-        reuse, entries = [0] * n, [None] * n
-        if keys is not None:
-            for i, (prompt, key) in enumerate(zip(prompts, keys, strict=True)):
-                entry = self._prefixes.get(key)
-                if entry is not None:
-                    # At least one prompt token is encoded: it gives the next logits.
-                    reuse[i] = min(common_prefix_length(entry.ids, prompt), len(prompt) - 1)
-                    entries[i] = entry
-        width = max(reuse)
-        mask = torch.zeros((n, width), dtype=torch.long, device=self.device)
-        layers = self.model.config.num_hidden_layers
-        cache = Cache(layers=[_BufferLayer(width + capacity_extra) for _ in range(layers)])
-        if width == 0:
-            return reuse, cache, mask
-        some = next(e for e in entries if e is not None)
-        for layer in range(layers):
-            k0, v0 = some.kv[layer]
-            keys_t = k0.new_zeros((n, k0.shape[0], width, k0.shape[2]))
-            values_t = v0.new_zeros((n, v0.shape[0], width, v0.shape[2]))
-            for i, entry in enumerate(entries):
-                if reuse[i]:
-                    k, v = entry.kv[layer]
-                    keys_t[i, :, width - reuse[i] :] = k[:, : reuse[i]]
-                    values_t[i, :, width - reuse[i] :] = v[:, : reuse[i]]
-            cache.layers[layer].update(keys_t, values_t)
-        for i, r in enumerate(reuse):
-            if r:
-                mask[i, width - r :] = 1
-        return reuse, cache, mask
-
     def _generate_batch(
         self,
         prompts: list[list[int]],
@@ -272,38 +180,36 @@ class HFEngine(RolloutEngine):
     ) -> list[Generation]:
         n = len(prompts)
         longest = max(len(p) for p in prompts)
-        reuse, past, past_mask = self._past(prompts, keys, longest + params.max_new_tokens)
-        suffixes = [p[r:] for p, r in zip(prompts, reuse, strict=True)]
+        reuse, entries = self.cache.reused(prompts, keys)
         self.prompt_tokens_reused += sum(reuse)
-        width = max(len(s) for s in suffixes)
+        # Rows that reuse the same keys and values and continue them with the same ids
+        # (a group's first turn: N rollouts from one initial state) are encoded once
+        # and then copied.
+        first: dict[tuple, int] = {}
+        owner = [
+            first.setdefault((id(entries[i]), reuse[i], tuple(p[reuse[i] :])), i)
+            for i, p in enumerate(prompts)
+        ]
+        unique = sorted(first.values())
+        slot = {row: j for j, row in enumerate(unique)}
+        rows = torch.tensor([slot[o] for o in owner], device=self.device)
+        u_reuse = [reuse[i] for i in unique]
+        past, past_mask = self.cache.past(
+            u_reuse, [entries[i] for i in unique], longest + params.max_new_tokens
+        )
+        suffixes = [prompts[i][reuse[i] :] for i in unique]
+        width = max(len(x) for x in suffixes)
         # Left padding, so every row's next token sits in the last column. A row's
         # reused prefix sits right-aligned in the past: [pad | prefix | pad | suffix].
-        input_ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        suffix_mask = torch.zeros((n, width), dtype=torch.long)
-        for i, s in enumerate(suffixes):
-            input_ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-            suffix_mask[i, width - len(s) :] = 1
+        input_ids = torch.full((len(unique), width), self.pad_token_id, dtype=torch.long)
+        suffix_mask = torch.zeros((len(unique), width), dtype=torch.long)
+        for i, x in enumerate(suffixes):
+            input_ids[i, width - len(x) :] = torch.tensor(x, dtype=torch.long)
+            suffix_mask[i, width - len(x) :] = 1
         input_ids = input_ids.to(self.device)
         attention = torch.cat([past_mask, suffix_mask.to(self.device)], dim=1)
         # Positions count real tokens only, as in the learner's right-padded batch.
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, past_mask.shape[1] :]
-
-        # Rows with the same prompt and nothing reused (a group's first turn: N
-        # rollouts from one initial state) are encoded once and then copied.
-        rows = None
-        if max(reuse) == 0:
-            first: dict[tuple[int, ...], int] = {}
-            owner = [first.setdefault(tuple(s), i) for i, s in enumerate(suffixes)]
-            if len(first) < n:
-                unique = sorted(first.values())
-                slot = {row: j for j, row in enumerate(unique)}
-                rows = torch.tensor([slot[o] for o in owner], device=self.device)
-                keep = torch.tensor(unique, device=self.device)
-                input_ids, attention, positions = (
-                    input_ids[keep],
-                    attention[keep],
-                    positions[keep],
-                )
         # Only the last position's logits are needed: the LM head over the whole
         # prompt would be most of the prefill's work for a small model.
         result = self.model(
@@ -315,7 +221,7 @@ class HFEngine(RolloutEngine):
             logits_to_keep=1,
         )
         cache, logits = result.past_key_values, result.logits[:, -1]
-        if rows is not None:
+        if len(unique) < n:
             cache.batch_select_indices(rows)
             logits, attention, positions = logits[rows], attention[rows], positions[rows]
         prefill_mask = attention  # the decode loop below grows `attention`
@@ -346,7 +252,7 @@ class HFEngine(RolloutEngine):
                 # Keep the ended rows' keys and values while they are still cached.
                 out, going = torch.nonzero(ended).flatten(), torch.nonzero(~ended).flatten()
                 if keys is not None:
-                    self._keep(prompts, keys, ids, cache, prefill_mask, live, out)
+                    self.cache.keep(prompts, keys, ids, cache, prefill_mask, live, out)
                 cache.batch_select_indices(going)
                 live, token, attention = live[going], token[going], attention[going]
                 next_pos, prefill_mask, ended = next_pos[going], prefill_mask[going], ended[going]
@@ -365,28 +271,8 @@ class HFEngine(RolloutEngine):
             next_pos = next_pos + 1
         if keys is not None:
             everyone = torch.arange(len(live), device=self.device)
-            self._keep(prompts, keys, ids, cache, prefill_mask, live, everyone)
+            self.cache.keep(prompts, keys, ids, cache, prefill_mask, live, everyone)
         return [
             Generation(ids[i], logps[i], bool(ids[i]) and ids[i][-1] == self.eos_token_id)
             for i in range(n)
         ]
-
-    def _keep(self, prompts, keys, ids, cache, prefill_mask, live, rows) -> None:
-        """Store the prompt and answer (all but its last token, which was never fed
-        through the model) of the batch rows ``rows``, with their keys and values.
-        ``live[j]`` is the prompt that batch row j answers."""
-        width = prefill_mask.shape[1]
-        for j in rows.tolist():
-            i = int(live[j])
-            fed = len(ids[i]) - 1  # decode steps that fed this row's sampled tokens
-            index = torch.cat(
-                [
-                    torch.nonzero(prefill_mask[j]).flatten(),
-                    torch.arange(width, width + fed, device=self.device),
-                ]
-            )
-            kv = [
-                (layer.keys[j].index_select(1, index), layer.values[j].index_select(1, index))
-                for layer in cache.layers
-            ]
-            self._prefixes[keys[i]] = _Prefix(list(prompts[i]) + ids[i][:fed], kv)
