@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         built[name] = VLLMEngine(
             runner._model_path,
             eos_token_id=runner.tokenizer.eos_token_id,
-            dtype=config.model_dtype,
+            dtype=config.model_dtype_used,
             max_model_len=config.max_context_tokens,
             kv_cache_gb=args.kv_cache_gb,
             enforce_eager=name != "vllm-compiled",

@@ -23,10 +23,13 @@ import pytest
 
 #: The smallest config most tests start from: the Bandit, one turn, 2 groups of 2.
 #: Tests that need other values pass them as overrides; tests that write YAML or a
-#: subprocess script take the plain dict from :func:`tiny_dict`.
+#: subprocess script take the plain dict from :func:`tiny_dict`. float32 on every
+#: machine (model_dtype's default, auto, takes bfloat16 where a CPU has it natively),
+#: so that the tests' tolerances hold everywhere.
 TINY: dict[str, Any] = {
     "env": "ragen/Bandit-v0",
     "llm": "builtin-raw",
+    "model_dtype": "float32",
     "env_groups": 2,
     "group_size": 2,
     "max_turns": 1,

@@ -61,7 +61,35 @@ def test_header_says_where_the_learner_runs_and_how_to_see_curves(tmp_path):
     assert f"rllib report {tmp_path / 'demo'}" in text
     has_tb = importlib.util.find_spec("tensorboard") is not None
     assert ("tensorboard --logdir" in text) == has_tb
+    assert "learner    rows packed, each prefix they share encoded once" in text
     config = StarPOConfig.from_user_dict(
         {"env": "ragen/Bandit-v0", "llm": "builtin", "num_learners": 2}
     )
     assert "2 learner actors (ddp)" in header("demo", config, {}, str(tmp_path))
+    for off, why in (("share_prefixes", "rows packed, every row encoded in full"),
+                     ("pack_sequences", "rows padded, every row encoded in full")):  # fmt: skip
+        config = StarPOConfig.from_user_dict({"env": "ragen/Bandit-v0", off: False})
+        assert f"learner    {why}" in header("demo", config, {}, str(tmp_path))
+
+
+def test_model_dtype_auto_takes_bfloat16_only_where_it_is_native(monkeypatch):
+    """model_dtype: auto (the default) is bfloat16 where the learner's device computes
+    it natively, else float32; the engine follows unless engine_dtype is set."""
+    from ragen_rllib.algorithms.starpo.config import starpo_config
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.models.runtime import native_bfloat16
+
+    assert native_bfloat16("cpu", {"avx2", "avx512f"}) is False
+    assert native_bfloat16("cpu", {"avx512f", "avx512_bf16"}) is True
+    assert native_bfloat16("cpu", {"amx_bf16", "amx_tile"}) is True
+    for native, dtype in ((False, "float32"), (True, "bfloat16")):
+        monkeypatch.setattr(starpo_config, "native_bfloat16", lambda device, n=native: n)
+        config = StarPOConfig.from_user_dict({"env": "ragen/Bandit-v0"})
+        assert config.model_dtype == "auto" and config.model_dtype_used == dtype
+        assert config.engine_dtype_used == dtype
+        assert config.llm_module_config()["dtype"] == dtype
+        assert dtype in config.dtype_note() and "auto" in config.dtype_note()
+        pinned = StarPOConfig.from_user_dict(
+            {"env": "ragen/Bandit-v0", "model_dtype": "float32", "engine_dtype": "bfloat16"}
+        )
+        assert (pinned.model_dtype_used, pinned.engine_dtype_used) == ("float32", "bfloat16")

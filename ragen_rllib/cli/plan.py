@@ -72,7 +72,7 @@ def plan_text(name: str, config, grid: dict, hardware, trajectory_tokens: int | 
     if trajectory_tokens is not None and trajectory_tokens < 1:
         raise UsageError(f"--trajectory-tokens {trajectory_tokens} is invalid; allowed: >= 1")
     points = len(list(itertools.product(*grid.values()))) if grid else 1
-    head = f"== {name}: StarPO on {config.env}, {config.llm} ({config.model_dtype}) =="
+    head = f"== {name}: StarPO on {config.env}, {config.llm} ({config.model_dtype_used}) =="
     if points > 1:
         head += f"\n  ({points} grid points over {', '.join(sorted(grid))}; the first one's plan)"
     try:

@@ -48,7 +48,7 @@ def header(name: str, config, grid: dict, storage: str) -> str:
         playing, turns = config.env, f"K<={config.max_turns} turns"
     lines = [
         f"== {name}: StarPO on {playing} ==",
-        f"  model      {config.llm} ({config.model_dtype})",
+        f"  model      {config.llm} ({config.dtype_note()})",
         f"  batch      P={config.env_groups} groups x N={config.group_size} rollouts, "
         f"{turns}; {config.advantage_estimator}, "
         f"filter {config.filter_strategy} {config.filter_value_used:g}",
@@ -56,6 +56,7 @@ def header(name: str, config, grid: dict, storage: str) -> str:
         + (f"{runners} runner actor(s)" if runners else "the driver")
         + (", asynchronous" if config.async_rollouts else ""),
         f"  learners   {learners}",
+        f"  learner    {config.learner_passes()}",
     ]
     if grid:
         lines.append(f"  sweep      {trials} trials over {', '.join(sorted(grid))}")

@@ -32,21 +32,25 @@ SEPARATOR = "||"
 FILLER_WORDS = ("let", "me", "think", "I", "will", "go", "try", "this", "move", "next", "then")
 
 
-def random_answer(rng: np.random.Generator, env: Any, arm: str | None = None) -> str:
-    """A pretraining answer after the ``<think>`` prefill: a few filler words, then
-    uniformly random valid actions (one to three; one arm for the bandits, ``arm``
-    when given), or for a free-text env its random well-formed answer
-    (``env.random_actions``: an expression over the numbers, placements in free
-    cells, a number, a search). None of it aims at the goal: the transcripts show
-    the format and what answers do, not a policy."""
-    think = " ".join(rng.choice(FILLER_WORDS, size=int(rng.integers(1, 5))))
+def random_answer(
+    rng: np.random.Generator, env: Any, arm: str | None = None, think: str | None = None
+) -> str:
+    """A pretraining answer after the ``<think>`` prefill: a few filler words (or the
+    given ``think`` text), then uniformly random valid actions (one to three, at
+    most the env's ``max_actions_per_turn``; one arm
+    for the bandits, ``arm`` when given), or for a free-text env its random
+    well-formed answer (``env.random_actions``: an expression over the numbers,
+    placements in free cells, a number, a search). None of it aims at the goal: the
+    transcripts show the format and what answers do, not a policy."""
+    if think is None:
+        think = " ".join(rng.choice(FILLER_WORDS, size=int(rng.integers(1, 5))))
     names = env.action_names
     if not names:  # free text
         actions = f" {env.parser.separator} ".join(env.random_actions(rng))
     elif env.action_budget == 1:  # the bandits: one arm
         actions = arm if arm is not None else names[int(rng.integers(len(names)))]
-    else:
-        count = int(rng.integers(1, 4))
+    else:  # one to three, within what the env executes in a turn
+        count = int(rng.integers(1, min(3, env.parser.max_actions) + 1))
         actions = f" {SEPARATOR} ".join(names[int(i)] for i in rng.integers(len(names), size=count))
     return f" {think} </think> <answer> {actions} </answer>"
 

@@ -17,7 +17,11 @@ from ragen_rllib.chat.prompts import PROMPT_STYLES
 
 ENGINES = ("hf", "vllm")
 DTYPES = ("float32", "bfloat16")
+#: model_dtype's choices: a dtype, or "auto" (bfloat16 where the learner's device
+#: computes it natively, else float32: config.model_dtype_used)
+MODEL_DTYPES = ("auto", *DTYPES)
 ROLLOUT_DEVICES = ("auto", "cpu", "cuda")
+WARMUP_THINK = ("filler", "state")
 K = Knob
 
 MODEL = knobs(
@@ -37,15 +41,16 @@ MODEL = knobs(
     ),
     K(
         "model_dtype",
-        "float32",
-        choice(DTYPES),
-        "bfloat16 (GPUs): the learner computes in bfloat16 over float32 master weights; "
-        "engines and frozen copies hold bfloat16",
+        "auto",
+        choice(MODEL_DTYPES),
+        "bfloat16: the learner computes in bfloat16 over float32 master weights; engines "
+        "and frozen copies hold bfloat16. auto: bfloat16 where the learner's device has "
+        "it natively (a GPU with bfloat16, a CPU with AVX512-BF16 or AMX), else float32",
     ),
     K(
         "engine_dtype",
         None,
-        choice(DTYPES, none_ok=True, null="model_dtype"),
+        choice(DTYPES, none_ok=True, null="model_dtype's"),
         "the rollout engine's weights alone, e.g. bfloat16 rollouts beside a float32 "
         "learner (the mismatch rollout_correction corrects)",
     ),
@@ -239,6 +244,15 @@ PROMPT = knobs(
         cross=True,
     ),
     K("format_warmup_batch", 8, integer(1, 1024), "first prompts per warm-up step"),
+    K(
+        "format_warmup_think",
+        "filler",
+        choice(WARMUP_THINK),
+        "the warm-up answers' think text: filler (a few filler words) or state (true "
+        "sentences the env reads off the state: where the goal lies, what is next to "
+        "the player; the env's state_notes(), grid envs); the actions stay random",
+        cross=True,
+    ),
     K(
         "format_warmup_lr",
         5e-5,

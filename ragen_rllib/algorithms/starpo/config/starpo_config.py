@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -22,7 +23,10 @@ from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.env_runner.warmup import model_path
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, Estimator
+from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.models.runtime import native_bfloat16
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
+from ragen_rllib.rl_module.packing import unsupported
 
 
 class StarPOConfigBase(AlgorithmConfig):
@@ -95,9 +99,50 @@ class StarPOConfigBase(AlgorithmConfig):
         return self.estimator.default_reward_norm
 
     @property
+    def model_dtype_used(self) -> str:
+        """``model_dtype``, with "auto" resolved for the learner's device: bfloat16 where
+        it computes bfloat16 natively (:func:`~ragen_rllib.models.runtime.native_bfloat16`;
+        a GPU learner seen from a process without a GPU counts as one that does), else
+        float32."""
+        if self.model_dtype != "auto":
+            return self.model_dtype
+        gpu = (self.num_gpus_per_learner or 0) > 0
+        native = native_bfloat16("cuda") if gpu and torch.cuda.is_available() else gpu
+        return "bfloat16" if native or (not gpu and native_bfloat16("cpu")) else "float32"
+
+    def dtype_note(self) -> str:
+        """The model's dtype as the run's header shows it, with why when it was chosen."""
+        dtype = self.model_dtype_used
+        if self.model_dtype != "auto":
+            return dtype
+        if dtype == "bfloat16":
+            return "bfloat16: auto, the learner's device computes it natively"
+        return "float32: auto, no native bfloat16 on the learner's device"
+
+    def learner_passes(self) -> str:
+        """How the learner runs a micro-batch's rows, as the run's header shows it: packed,
+        with each prefix they share encoded once, or why not."""
+        from transformers import AutoConfig
+
+        bound = self.max_tokens_per_microbatch
+        if not self.pack_sequences:
+            return "rows padded, every row encoded in full (pack_sequences: false)"
+        why = None
+        try:
+            why = unsupported(AutoConfig.from_pretrained(resolve_model(self.llm)))
+        except (OSError, ValueError):
+            pass  # a hub model not downloaded yet: the learner finds out
+        if why is not None:
+            return f"rows padded, every row encoded in full: the model cannot pack rows ({why})"
+        if not self.share_prefixes:
+            return "rows packed, every row encoded in full (share_prefixes: false)"
+        per = f"<= {bound} encoded tokens a pass" if bound else "a minibatch a pass"
+        return f"rows packed, each prefix they share encoded once; {per}"
+
+    @property
     def engine_dtype_used(self) -> str:
-        """``engine_dtype``, or ``model_dtype`` when that is null."""
-        return self.engine_dtype or self.model_dtype
+        """``engine_dtype``, or the model's dtype (:attr:`model_dtype_used`) when null."""
+        return self.engine_dtype or self.model_dtype_used
 
     @property
     def loss_agg_used(self) -> str:
@@ -145,11 +190,12 @@ class StarPOConfigBase(AlgorithmConfig):
     def llm_module_config(self) -> dict[str, Any]:
         return {
             "model_path": model_path(self),
-            "dtype": self.model_dtype,
+            "dtype": self.model_dtype_used,
             "critic": self.uses_critic,
             "temperature": self.temperature,
             "gradient_checkpointing": self.gradient_checkpointing,
             "pack_sequences": self.pack_sequences,
+            "share_prefixes": self.share_prefixes,
             "lora": self.lora_settings(),
         }
 
