@@ -339,6 +339,7 @@ def test_diversity_metrics_read_the_models_text_not_a_fixed_prefill():
         t.answers = [f"{fixed} {move} </answer>"]
         trajs.append(t)
     out = diversity_metrics(trajs)
+    assert out["think_words_mean"] == pytest.approx((3 + 1 + 5 + 3) / 4)  # "Up || Left": 3
     assert out["template_repetition"] == pytest.approx(1 / 4)
     assert out["distinct_2"] > 0.5 and out["distinct_1"] > 0.3
 

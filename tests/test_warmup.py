@@ -74,3 +74,50 @@ def test_the_check_refuses_a_prefill_that_cannot_start_the_format_and_trains_not
     with pytest.raises(ValueError, match=r"format_warmup_steps=3.*prefill '<answer>'"):
         tiny_config(format_warmup_steps=3, prefill="<answer>").check()
     tiny_config(format_warmup_steps=3, prefill="").check()
+
+
+def test_state_notes_say_true_things_about_the_grid_and_choose_nothing():
+    """The think text of ``format_warmup_think: state``: where the goal (or a box's
+    target) lies, what is next to the player, read off the env's own state."""
+    lake = gym.make("ragen/FrozenLakeNoSlip-v0").unwrapped
+    lake.reset(seed=0)  # _G__ / OO__ / _OO_ / OP__: the player at 3,1, the goal at 0,1
+    assert (lake.player, lake.goal) == ((3, 1), (0, 1))
+    assert lake.state_notes() == (
+        "The goal is 3 up of me. Up and Left are holes. Down is the edge."
+    )
+    room = gym.make("ragen/SimpleSokoban-v0").unwrapped
+    room.reset(seed=0)  # the player at 3,1, the box at 3,2, its target at 4,4
+    assert room.state_notes() == (
+        "A box is 1 right of me; its nearest target is 1 down and 2 right of it."
+    )
+    for env in (lake, room):  # no move is named: the notes choose nothing
+        assert not any(move in env.state_notes() for move in ("Right.", "Down."))
+    assert gym.make("ragen/Bandit-v0").unwrapped.state_notes() is None
+
+
+def test_a_state_warm_up_thinks_the_envs_notes_with_random_moves_on_the_envs_budget():
+    from transformers import AutoTokenizer
+
+    cfg = tiny_config(
+        env="ragen/FrozenLakeNoSlip-v0",
+        env_config={"max_actions_per_turn": 1},
+        max_turns=3,
+        format_warmup_steps=1,
+        format_warmup_think="state",
+    )
+    tok = AutoTokenizer.from_pretrained(warmup.model_path(tiny_config()))
+    examples = warmup.warmup_examples(cfg, tok, 120, seed=0)
+    env = gym.make("ragen/FrozenLakeNoSlip-v0", max_actions_per_turn=1).unwrapped
+    moves = Counter()
+    for i, (_, answer) in enumerate(examples):
+        env.reset(seed=warmup.WARMUP_SEED_BASE + i)  # the example's state
+        reply = "<think>" + tok.decode(answer[:-1])
+        think = reply.split("<think>")[1].split("</think>")[0]
+        assert " ".join(think.split()) == env.state_notes()
+        *_, info = env.step(reply)
+        assert info["format_ok"] and info["num_actions"] == 1, reply
+        moves[reply.split("<answer>")[1].split("</answer>")[0].strip()] += 1
+    # One move an answer, each of the four about equally often: no policy.
+    assert set(moves) == {"Up", "Down", "Left", "Right"} and min(moves.values()) > 15
+    with pytest.raises(ValueError, match=r"format_warmup_think='state'.*Bandit.*state_notes"):
+        tiny_config(format_warmup_steps=1, format_warmup_think="state").check()

@@ -77,6 +77,23 @@ def grid_neighbours(
     return "; ".join(entries)
 
 
+def place_words(origin: tuple[int, int], cell: tuple[int, int]) -> str:
+    """Where ``cell`` lies seen from ``origin`` on a grid, in words (rows grow down).
+
+    >>> place_words((1, 0), (2, 3))
+    '1 down and 3 right'
+    >>> place_words((2, 2), (0, 2))
+    '2 up'
+    """
+    dr, dc = cell[0] - origin[0], cell[1] - origin[1]
+    parts = []
+    if dr:
+        parts.append(f"{abs(dr)} {'down' if dr > 0 else 'up'}")
+    if dc:
+        parts.append(f"{abs(dc)} {'right' if dc > 0 else 'left'}")
+    return " and ".join(parts) or "here"
+
+
 def check_distance_shaping(value: Any) -> float:
     """A reward-shaping coefficient as a float: a finite number >= 0 (0: off)."""
     if (
@@ -241,6 +258,13 @@ class TextEnv(gym.Env):
     def _extra_info(self) -> dict[str, Any]:
         """Env-specific entries for this turn's ``info``."""
         return {}
+
+    def state_notes(self) -> str | None:
+        """A few true sentences about the current state, for a reasoning text that reads
+        the state without deciding anything (where the goal lies, what is next to the
+        player), or None for an env that has none (a format warm-up then writes filler
+        words; ``format_warmup_think``)."""
+        return None
 
     def well_formed(self, answer: str) -> bool:
         """Whether ``answer`` (the model's raw text) is written in this env's answer

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.base import TextEnv, check_distance_shaping
+from ..core.base import TextEnv, check_distance_shaping, place_words
 
 MOVES = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
 PERPENDICULAR = {
@@ -243,6 +243,27 @@ class FrozenLakeEnv(TextEnv):
 
     def _is_success(self) -> bool:
         return self.player == self.goal
+
+    def state_notes(self) -> str:
+        """Where the goal lies from the player, and which moves lead into a hole or off
+        the lake: facts of the drawn lake, no choice of move."""
+        holes, edges = [], []
+        for move, (dr, dc) in MOVES.items():
+            r, c = self.player[0] + dr, self.player[1] + dc
+            if not (0 <= r < self.size and 0 <= c < self.size):
+                edges.append(move)
+            elif self.holes[r, c]:
+                holes.append(move)
+        notes = [f"The goal is {place_words(self.player, self.goal)} of me."]
+        if holes:
+            notes.append(
+                f"{' and '.join(holes)} {'is a hole' if len(holes) == 1 else 'are holes'}."
+            )
+        else:
+            notes.append("No hole is next to me.")
+        if edges:
+            notes.append(f"{' and '.join(edges)} {'is' if len(edges) == 1 else 'are'} the edge.")
+        return " ".join(notes)
 
     def _extra_info(self) -> dict[str, Any]:
         # (intended, executed) per action, so slip statistics can be checked.

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.base import TextEnv, check_distance_shaping
+from ..core.base import TextEnv, check_distance_shaping, place_words
 from .sokoban_gen import DIRECTIONS, Cell, check_room_params, generate_room
 from .sokoban_solver import solve
 
@@ -339,6 +339,19 @@ class SokobanEnv(TextEnv):
 
     def _is_success(self) -> bool:
         return self._boxes <= self._targets
+
+    def state_notes(self) -> str:
+        """Where each box off its target lies from the player, and where the nearest free
+        target lies from that box: facts of the room, no choice of move."""
+        free = sorted(self._targets - self._boxes)
+        notes = []
+        for box in sorted(self._boxes - self._targets):
+            target = min(free, key=lambda t: (abs(t[0] - box[0]) + abs(t[1] - box[1]), t))
+            notes.append(
+                f"A box is {place_words(self.player, box)} of me; "
+                f"its nearest target is {place_words(box, target)} of it."
+            )
+        return " ".join(notes) or "Every box is on a target."
 
     def _extra_info(self) -> dict[str, Any]:
         return {"boxes_on_target": len(self._boxes & self._targets)}

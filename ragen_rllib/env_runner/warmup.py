@@ -9,9 +9,13 @@ own first prompts (each env of the mixture, its env_config and its prompt
 wording, on seeds that neither training nor evaluation draws) followed by a
 well-formed answer with uniformly random valid actions
 (:func:`~ragen_rllib.models.transcripts.random_answer`, the built-in model's
-pretraining answers). The loss covers the answer's tokens only. The actions never
-depend on the state, so the warm-up shows the format and holds no policy; it
-still changes the task (the model starts from other weights), and results name it.
+pretraining answers). Its think text is a few filler words, or with
+``format_warmup_think: state`` the env's true sentences about the state
+(``state_notes()``: where the goal lies, what is next to the player), so that the
+model learns to read the state in its reasoning. The loss covers the answer's
+tokens only. The actions never depend on the state, so the warm-up shows the
+format (and how to read the state) and holds no policy; it still changes the
+task (the model starts from other weights), and results name it.
 
 The warmed model is saved once into the model cache, in a folder whose name
 digests everything the warm-up read (the base model's files, the envs and their
@@ -43,8 +47,9 @@ from ragen_rllib.models.transcripts import random_answer
 
 logger = logging.getLogger(__name__)
 
-#: Bump when the warm-up trains differently for the same settings.
-WARMUP_VERSION = 1
+#: Bump when the warm-up trains differently for the same settings (2: an answer names
+#: at most max_actions_per_turn actions).
+WARMUP_VERSION = 2
 #: Warm-up states come from seeds at and above this one: training draws its seeds
 #: from 2**20 on (maths.seeding) below this, evaluation from eval_seed (0) on.
 WARMUP_SEED_BASE = 2**40
@@ -88,7 +93,8 @@ def warmup_examples(config: Any, tokenizer: Any, count: int, seed: int):
         obs, info = envs[k].reset(seed=WARMUP_SEED_BASE + seed * 1_000_003 + i)
         actions_left = info.get("actions_left")
         first = with_instructions(env, render_turn(1, obs, actions_left, None, fmt), fmt)
-        answer = _answer_after_prefill(random_answer(rng, env), fmt.prefill)
+        think = env.state_notes() if config.format_warmup_think == "state" else None
+        answer = _answer_after_prefill(random_answer(rng, env, think=think), fmt.prefill)
         answer_ids = list(tokenizer.encode(answer, add_special_tokens=False))
         examples.append((chats[fmt].prompt_ids(first), answer_ids + [tokenizer.eos_token_id]))
     for env in envs:
@@ -102,6 +108,7 @@ def _settings(config: Any) -> dict[str, Any]:
         "steps": config.format_warmup_steps,
         "batch": config.format_warmup_batch,
         "lr": config.format_warmup_lr,
+        "think": config.format_warmup_think,
         "seed": config.seed or 0,
         # What each env's examples are made of (not its share of the groups).
         "entries": [

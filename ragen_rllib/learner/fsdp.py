@@ -29,7 +29,7 @@ class FSDPLearnerMixin:
     def _make_module(self):
         module = super()._make_module()
         if self._fsdp:
-            bf16 = self.config.model_dtype == "bfloat16"
+            bf16 = self.config.model_dtype_used == "bfloat16"
             for mid in module.keys():
                 shard_module(
                     module[mid],

@@ -47,7 +47,10 @@ def diversity_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         for answer in t.answers:
             texts.append(own_reasoning(answer, t.prefill))
             groups.append(t.group)
+    lengths = [len(text.split()) for text in texts]
     out = {
+        # How long the reasoning is (whitespace words of the model's own think text).
+        "think_words_mean": sum(lengths) / len(lengths) if lengths else 0.0,
         "distinct_1": distinct_n(texts, 1),
         "distinct_2": distinct_n(texts, 2),
         "distinct_1_in_group": distinct_n_within_groups(texts, groups, 1),

@@ -18,7 +18,7 @@ from ragen_rllib.algorithms.starpo.config import env_checks
 from ragen_rllib.algorithms.starpo.config.knobs import RULES, yaml_name
 from ragen_rllib.algorithms.starpo.config.rules import number_hint
 from ragen_rllib.env_runner.context_budget import check_context_budget
-from ragen_rllib.env_runner.env_loading import check_env
+from ragen_rllib.env_runner.env_loading import check_env, make_eval_env
 from ragen_rllib.env_runner.env_mix import format_of, mix_entries, parse_env_mix
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
@@ -118,6 +118,19 @@ def check_values(config) -> None:
                 f"the warm-up's answers start with '<think>', which the prefill "
                 f"{fmt.prefill!r} does not begin: use prefill '<think>' or '' with it",
             )
+        if config.format_warmup_steps and config.format_warmup_think == "state":
+            env = make_eval_env(entry)
+            try:
+                env.reset(seed=0)
+                notes = getattr(env.unwrapped, "state_notes", lambda: None)()
+            finally:
+                env.close()
+            if notes is None:
+                raise bad(
+                    "format_warmup_think",
+                    f"{entry.env} has no state_notes() to read its state from; allowed "
+                    "with it: 'filler'",
+                )
     _check_estimator(config, bad)
     _check_filter(config, bad)
     if config.overlong == "penalty" and config.overlong_buffer > config.max_new_tokens:
