@@ -31,12 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import threading
 import time
 from pathlib import Path
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+#: The collapse indicators each --curve point carries.
+CURVE_COLLAPSE = ("think_words_mean", "distinct_2", "template_repetition", "mi", "mi_zscore")
 
 
 def _plain(value: object) -> object:
@@ -135,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     sampler = PeakRSS()
     sampler.start()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    algo = config.build_algo()
+    from ragen_rllib.env_runner import warmup
+
+    warmed = bool(config.format_warmup_steps)
+    cached = warmed and os.path.isfile(os.path.join(warmup.warmed_path(config), warmup.RECORD_FILE))
+    algo = config.build_algo()  # runs the format warm-up, when there is one not cached
     results = open(Path(algo.logdir) / "result.json", "w")  # noqa: SIM115 - closed below
     print(f"result.json and rollouts in {algo.logdir}", flush=True)
     try:
@@ -149,10 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.train_minutes is not None:
             loop_end = loop_start + 60 * args.train_minutes
             deadline = loop_end if deadline is None else min(deadline, loop_end)
+        timings: list[dict] = []
         for done in range(1, iterations + 1):
             result = algo.train()
             write_row(results, result)
             r = result["rollout"]
+            timings.append(result.get("timing") or {})
             if curve is not None:
                 learner = (result.get("learners") or {}).get("default_policy") or {}
                 point = {
@@ -165,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
                     "action_is_valid": r.get("env/action_is_valid"),
                     "policy_lag_mean": r.get("policy_lag_mean"),
                     **{f"timing/{k}": v for k, v in (result.get("timing") or {}).items()},
+                    **{
+                        f"collapse/{k}": v
+                        for k, v in (result.get("collapse") or {}).items()
+                        if k in CURVE_COLLAPSE
+                    },
                 }
                 curve.write(json.dumps(point) + "\n")
                 curve.flush()
@@ -190,6 +204,18 @@ def main(argv: list[str] | None = None) -> int:
         if curve is not None:
             curve.close()
         ray.shutdown()
+    # Speed: the median iteration after the first (a warm-up: first allocations, and
+    # with a critic its first values), or of all of them when fewer than 4 ran.
+    timed = timings[1:] if len(timings) >= 4 else timings
+    speed = {
+        f"{key}_median": round(statistics.median(t.get(key, 0.0) for t in timed), 2)
+        for key in ("iteration_s", "rollout_s", "update_s")
+    } if timed else {}  # fmt: skip
+    warm = {}
+    if warmed:
+        with open(os.path.join(warmup.warmed_path(config), warmup.RECORD_FILE)) as f:
+            record = json.load(f)
+        warm = {"warmup_s": record.get("seconds"), "warmup_cached": cached}
     figures = {
         "experiment": name,
         "env": config.env,
@@ -202,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         "training_loop_s": round(loop_s, 1),
         "total_wall_s": round(total_s, 1),
         "peak_rss_gib": round(peak / 2**30, 2),
+        **speed,
+        **warm,
         "cpus": os.cpu_count(),
     }
     print(json.dumps(figures, indent=2))

@@ -136,13 +136,21 @@ def _base_digest(base: str) -> str:
     return digest.hexdigest()
 
 
+def warmed_path(config: Any, base: str | None = None) -> str:
+    """Where the run's warmed model is (or will be) cached: a folder named by a digest
+    of the base model's files and the warm-up's settings."""
+    base = resolve_model(config.llm) if base is None else base
+    settings = _settings(config)
+    key = json.dumps({"base": _base_digest(base), **settings}, sort_keys=True, default=str)
+    name = f"warmup-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    return os.path.join(default_cache_dir(), "warmup", name)
+
+
 def warmed_model(base: str, config: Any) -> str:
     """The folder of ``base`` after the run's format warm-up, trained on first use
     (in a temporary folder renamed into place)."""
     settings = _settings(config)
-    key = json.dumps({"base": _base_digest(base), **settings}, sort_keys=True, default=str)
-    name = f"warmup-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-    final = os.path.join(default_cache_dir(), "warmup", name)
+    final = warmed_path(config, base)
     if os.path.isfile(os.path.join(final, RECORD_FILE)):
         return final
     _show_progress()
