@@ -43,6 +43,7 @@ from ragen_rllib.env_runner.env_mix import format_of, mix_entries
 from ragen_rllib.models.builtin import default_cache_dir
 from ragen_rllib.models.cache_folder import publish_folder
 from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.models.runtime import keep_freed_memory
 from ragen_rllib.models.transcripts import random_answer
 
 logger = logging.getLogger(__name__)
@@ -182,6 +183,7 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    keep_freed_memory()  # its large tensors are reused, not page-faulted anew
     tokenizer = AutoTokenizer.from_pretrained(base)
     with no_progress_bars():
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
