@@ -4,6 +4,7 @@ them (rllib plan, rllib train file --dry-run). No Ray, no weights."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,58 @@ def test_shared_prefixes_bound_a_pass_by_the_tokens_it_encodes():
     extra = shape.layers * chunks * 512 * 2 * shape.kv_dim * 4  # float32
     config = tiny_config(**base)
     assert act(config, shared) == act(config, plain) + extra
+
+
+@pytest.mark.parametrize("window", [None, 0, 1, 2])
+def test_the_plans_tree_count_is_the_prefix_tree_of_a_worst_case_batch(window):
+    """tree_tokens' arithmetic = the learner's prefix tree built on a batch laid out
+    as it assumes: one system prefix, a first observation per group, then per
+    trajectory its own answers and later observations, every turn played in full."""
+    import numpy as np
+
+    from ragen_rllib.maths.batching import prefix_tree
+    from ragen_rllib.planning.memory import tree_tokens
+
+    common, own, answer, turns, groups, size = 7, 5, 3, 4, 2, 3
+    config = tiny_config(env_groups=groups, group_size=size, max_turns=turns,
+                         max_new_tokens=answer, context_window=window,
+                         max_tokens_per_microbatch=None)  # fmt: skip
+    fresh = iter(range(1000, 10**6))  # every token not shared is a new one
+
+    def new(n):
+        return [next(fresh) for _ in range(n)]
+
+    rows, system = [], list(range(common))
+    for _ in range(groups):
+        first = new(own)
+        for _ in range(size):
+            turns_text = [(first if t == 0 else new(own)) + new(answer) for t in range(turns)]
+            if window is None:
+                rows.append(system + sum(turns_text, []))
+            else:
+                for t in range(turns):
+                    rows.append(system + sum(turns_text[max(0, t - window) : t + 1], []))
+    lengths = np.array([len(r) for r in rows])
+    ids = np.zeros((len(rows), lengths.max()), dtype=np.int64)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+    assert tree_tokens(config, common, common + own) == (
+        int(lengths.sum()), prefix_tree(ids, lengths).encoded,
+    )  # fmt: skip
+
+
+def test_rllib_plan_says_what_the_prefix_tree_saves(tmp_path):
+    """The real model's FrozenLake config: the line names the shared system prefix
+    read from the run's own first prompts; without sharing there is no line."""
+    from ragen_rllib.cli.plan import tree_note
+
+    config = tiny_config(env="ragen/FrozenLakeNoSlip-v0", max_turns=6)
+    note = tree_note(config)
+    assert note is not None and "prefix tree: an update of" in note
+    found = re.search(r"trains up to ([\d,]+) row tokens and encodes about ([\d,]+)", note)
+    rows, encoded = (int(x.replace(",", "")) for x in found.groups())
+    assert 0 < encoded < rows
+    assert tree_note(tiny_config(env="ragen/FrozenLakeNoSlip-v0", share_prefixes=False)) is None
 
 
 def test_a_cpu_plan_counts_rays_processes_and_the_evaluation_batch():

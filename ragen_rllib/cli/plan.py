@@ -80,7 +80,35 @@ def plan_text(name: str, config, grid: dict, hardware, trajectory_tokens: int | 
         laid = plan(config, shape, hardware, trajectory_tokens)
     except PlacementError as err:
         raise UsageError(f"experiment {name!r}: {err}") from None
-    return f"{head}\n{render(laid, shape)}", laid.fits()
+    text = f"{head}\n{render(laid, shape)}"
+    tree = tree_note(config)
+    return (text + f"\n  {tree}" if tree else text), laid.fits()
+
+
+def tree_note(config) -> str | None:
+    """What the learner's prefix tree saves per iteration, estimated from the run's first
+    prompts (None without shared prefixes, for an agent, or without a local tokenizer)."""
+    from ragen_rllib.env_runner.context_budget import shared_prompt_tokens
+    from ragen_rllib.models.resolve import resolve_model
+    from ragen_rllib.planning.memory import tree_tokens
+
+    if not (config.pack_sequences and config.share_prefixes) or config.agent:
+        return None
+    try:
+        prompts = shared_prompt_tokens(config, resolve_model(config.llm))
+    except (OSError, ValueError):
+        return None
+    if prompts is None:
+        return None
+    common, first = prompts
+    rows, encoded = tree_tokens(config, common, first)
+    return (
+        f"prefix tree: an update of {config.env_groups} x {config.group_size} trajectories of "
+        f"{config.max_turns} turns trains up to {rows:,} row tokens and encodes about "
+        f"{encoded:,} ({1 - encoded / rows:.0%} saved): every first prompt begins with "
+        f"the same {common} tokens (system message, instructions), encoded once a pass, "
+        f"and a group's first prompt ({first} tokens at most) once for its N first turns"
+    )
 
 
 def plan_command(args: argparse.Namespace) -> int:

@@ -63,3 +63,35 @@ def first_prompt_tokens(entry: Any, config: Any, tokenizer: Any) -> int:
     finally:
         env.close()
     return len(ChatFormat(tokenizer, style.system, style.prefill).prompt_ids(text))
+
+
+def shared_prompt_tokens(config: Any, model_path: str, seeds: int = 4) -> tuple[int, int] | None:
+    """(the tokens every first prompt of the run begins with, the longest first prompt)
+    over the first ``seeds`` seeds of each env of the run: what the learner's prefix
+    tree encodes once for all the rows of a pass, and a group's first prompt, which
+    its N first turns share. None where the tokenizer is not local (a hub model not
+    downloaded yet)."""
+    if not os.path.isdir(model_path):
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    prompts = []
+    for entry in mix_entries(config):
+        style = format_of(entry, config)
+        chat = ChatFormat(tokenizer, style.system, style.prefill)
+        env = make_eval_env(entry)
+        try:
+            for seed in range(seeds):
+                obs, info = env.reset(seed=seed)
+                text = render_turn(1, obs, actions_left_of(info), None, style)
+                prompts.append(chat.prompt_ids(with_instructions(env.unwrapped, text, style)))
+        finally:
+            env.close()
+    common = len(prompts[0])
+    for ids in prompts[1:]:
+        same = 0
+        while same < min(common, len(ids)) and ids[same] == prompts[0][same]:
+            same += 1
+        common = same
+    return common, max(len(ids) for ids in prompts)

@@ -150,6 +150,38 @@ def workload(
     )
 
 
+def tree_tokens(config, common: int, first: int) -> tuple[int, int]:
+    """(row tokens, tokens the learner's prefix tree encodes) of one iteration's update,
+    at the worst case of every trajectory playing ``max_turns`` turns of
+    ``max_new_tokens`` answers, each later turn adding as many tokens of its own as
+    the first prompt has after the ``common`` prefix every first prompt begins with
+    (``first``: a first prompt's length).
+
+    What the tree shares: the common prefix, once a pass; a group's first prompt,
+    once for its N first turns; under a context window that still holds a
+    trajectory's whole history, each turn's row after the row of the turn before it
+    (a window that has started to slide shares only the common prefix)."""
+    turns, answer = config.max_turns, config.max_new_tokens
+    groups, size = config.env_groups, config.group_size
+    own = first - common  # a turn's text after the common prefix
+    window = config.context_window
+    if window is None:
+        length = first + turns * answer + (turns - 1) * own
+        rows = groups * size * length
+        encoded = groups * own + groups * size * (length - first)
+    else:
+        lengths = [first + answer + min(window, t) * (answer + own) for t in range(turns)]
+        rows = groups * size * sum(lengths)
+        encoded = groups * own + groups * size * answer  # the first turns
+        for t in range(1, turns):
+            extends = window >= t  # the window still holds every turn before
+            new = lengths[t] - lengths[t - 1] if extends else lengths[t] - common
+            encoded += groups * size * new
+    bound = config.max_tokens_per_microbatch
+    passes = max(1, -(-(encoded + common) // bound)) if bound else 1
+    return rows, encoded + passes * common
+
+
 def layer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int) -> int:
     """What one decoder layer keeps for backward for ``tokens`` tokens."""
     h, kv, i, q = shape.hidden, shape.kv_dim, shape.intermediate, shape.heads * shape.head_dim
