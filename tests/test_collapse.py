@@ -277,24 +277,32 @@ def test_pair_loglik_scores_every_reasoning_after_every_prompt():
     from conftest import tiny_config
     from transformers import AutoModelForCausalLM
 
-    from ragen_rllib.algorithms.starpo.collapse import first_turn_pairs
+    from ragen_rllib.algorithms.starpo.collapse import turn_pairs
     from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 
     cfg = tiny_config(
         llm="builtin",
         env="ragen/FrozenLakeNoSlip-v0",
         env_groups=3,
+        max_turns=3,
         max_new_tokens=24,
         max_tokens_per_microbatch=600,
     )
     runner = LLMEnvRunner(config=cfg, worker_index=0)
     trajs = runner.sample()
     think_end = runner.tokenizer.encode("</think>", add_special_tokens=False)[0]
-    prompts, reasonings = first_turn_pairs(trajs, 4, think_end)
-    # One pair per distinct prompt: 3 groups give 3 pairs, not 4 (a repeated prompt
-    # would tie with the pair's own and hide it from retrieval).
-    assert len(prompts) == 3 and len({tuple(p) for p in prompts}) == 3
-    assert first_turn_pairs(trajs, 2, think_end)[0] == prompts[:2]
+    prompts, reasonings = turn_pairs(trajs, 4, think_end)
+    # One pair per distinct prompt, the first turns first: 3 groups give 3 first
+    # prompts (a repeated one would tie with the pair's own and hide it from
+    # retrieval), and the fourth pair is a second turn.
+    firsts = {tuple(t.segments[t.turn_spans[0][0]].input_ids[: t.turn_spans[0][1]])
+              for t in trajs}  # fmt: skip
+    assert len(firsts) == 3 and {tuple(p) for p in prompts[:3]} == firsts
+    assert len(prompts) == 4 and len({tuple(p) for p in prompts}) == 4
+    second = [t for t in trajs if len(t.turn_spans) > 1][0]
+    seg, start, _ = second.turn_spans[1]
+    assert prompts[3] == second.segments[seg].input_ids[:start]
+    assert turn_pairs(trajs, 2, think_end)[0] == prompts[:2]
     assert all(z[-1] == think_end for z in reasonings if think_end in z)
     learner = cfg.build_learner(spaces=runner.get_spaces())
     learner.build()

@@ -1,19 +1,18 @@
 """StarPO's watch for collapse: the indicators logged every iteration, and the guard.
 
 Every fresh rollout batch gives the reasoning-diversity indicators
-(:mod:`ragen_rllib.maths.collapse`: distinct-1/2 of the think texts within the
-groups and over the batch, and template repetition). Every
-``collapse_metrics_interval`` iterations, M first-turn (prompt, reasoning) pairs
-of the batch (:func:`first_turn_pairs`) are scored by the actor, every reasoning
-under every prompt, for the prompt-reasoning information metrics. Every update gives the
-signals of :class:`~ragen_rllib.maths.collapse.EarlyWarning` (the in-group reward
-std, the approximate KL of the update's step, the actor's gradient norm, the
-policy's entropy), whose EMAs are logged too. When the warning fires, ``collapse/warning`` holds its
-iteration from then on, the reason is logged, and ``collapse_guard`` acts:
-``off`` does nothing more, ``checkpoint`` saves a checkpoint at once (in the
-trial's folder, ``checkpoint_collapse_warning_<iteration>``), ``stop`` ends the
-trial after this iteration (its periodic checkpoints from before the warning
-stay where Tune keeps them).
+(:mod:`ragen_rllib.maths.collapse`: distinct-1/2 of the think texts within the groups
+and over the batch, and template repetition). Every ``collapse_metrics_interval``
+iterations, M (prompt, reasoning) pairs of the batch's turns, first turns first
+(:func:`turn_pairs`), are scored by the actor, every reasoning under every prompt, for
+the prompt-reasoning information metrics. Every update gives the signals of
+:class:`~ragen_rllib.maths.collapse.EarlyWarning` (the in-group reward std, the
+approximate KL of the update's step, the actor's gradient norm, the policy's entropy),
+whose EMAs are logged too. When the warning fires, ``collapse/warning`` holds its
+iteration from then on, the reason is logged, and ``collapse_guard`` acts: ``off`` does
+nothing more, ``checkpoint`` saves a checkpoint at once (in the trial's folder,
+``checkpoint_collapse_warning_<iteration>``), ``stop`` ends the trial after this
+iteration (its periodic checkpoints from before the warning stay where Tune keeps them).
 """
 
 from __future__ import annotations
@@ -61,31 +60,35 @@ def diversity_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     return out
 
 
-def first_turn_pairs(
+def turn_pairs(
     trajectories: list[Trajectory], samples: int, think_end: int | None
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Up to ``samples`` (prompt ids, reasoning ids) pairs from the trajectories' first
-    turns, each with a different prompt (a group's rollouts share theirs, so at most
-    one per group; two groups from the same state count once). An identical prompt
-    would tie with a pair's own in every score, so retrieval could never pick it out.
-    The reasoning is the first answer up to and including the ``think_end`` token
-    (``</think>``), the whole answer without it."""
+    """Up to ``samples`` (prompt ids, reasoning ids) pairs from the trajectories'
+    turns, each with a different prompt: the first turns first (a group's rollouts
+    share theirs, so at most one per group; two groups from the same state count
+    once), then, where the batch has fewer distinct first prompts than ``samples``,
+    the later turns in turn order (each a state of its own trajectory). An identical
+    prompt would tie with a pair's own in every score, so retrieval could never pick
+    it out. The reasoning is the turn's answer up to and including the ``think_end``
+    token (``</think>``), the whole answer without it."""
     prompts, reasonings, seen = [], [], set()
-    for t in trajectories:
-        if len(prompts) == samples:
-            break
-        if not t.turn_spans or t.turn_spans[0][2] <= t.turn_spans[0][1]:
-            continue
-        seg, start, _ = t.turn_spans[0]
-        prompt = t.segments[seg].input_ids[:start]
-        if tuple(prompt) in seen:
-            continue
-        seen.add(tuple(prompt))
-        answer = t.turn_ids(0)
-        if think_end is not None and think_end in answer:
-            answer = answer[: answer.index(think_end) + 1]
-        prompts.append(list(prompt))
-        reasonings.append(list(answer))
+    turns = max((len(t.turn_spans) for t in trajectories), default=0)
+    for turn in range(turns):
+        for t in trajectories:
+            if len(prompts) == samples:
+                return prompts, reasonings
+            if turn >= len(t.turn_spans) or t.turn_spans[turn][2] <= t.turn_spans[turn][1]:
+                continue
+            seg, start, _ = t.turn_spans[turn]
+            prompt = t.segments[seg].input_ids[:start]
+            if tuple(prompt) in seen:
+                continue
+            seen.add(tuple(prompt))
+            answer = t.turn_ids(turn)
+            if think_end is not None and think_end in answer:
+                answer = answer[: answer.index(think_end) + 1]
+            prompts.append(list(prompt))
+            reasonings.append(list(answer))
     return prompts, reasonings
 
 
@@ -122,10 +125,10 @@ class CollapseWatch:
     def information(
         self, learner_group: Any, trajectories: list[Trajectory], iteration: int
     ) -> dict[str, float]:
-        """RAGEN-2's prompt-reasoning information on a batch's first turns, scored by the
-        learners' actor (its current weights), with what it cost (``mi_s``) and the
-        iteration it was computed at (``mi_iteration``; the results of the iterations
-        between hold NaN for these keys)."""
+        """RAGEN-2's prompt-reasoning information on a batch's turns (first turns
+        first), scored by the learners' actor (its current weights), with what it
+        cost (``mi_s``) and the iteration it was computed at (``mi_iteration``; the
+        results of the iterations between hold NaN for these keys)."""
         start = time.perf_counter()
         if self._think_end is None:
             from transformers import AutoTokenizer
@@ -133,7 +136,7 @@ class CollapseWatch:
             tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.config.llm))
             ids = tokenizer.encode("</think>", add_special_tokens=False)
             self._think_end = ids[0] if len(ids) == 1 else -1
-        prompts, reasonings = first_turn_pairs(
+        prompts, reasonings = turn_pairs(
             trajectories, self.config.collapse_mi_samples, self._think_end
         )
         if len(prompts) < 2:  # one distinct first prompt (Bandit's): nothing to compare

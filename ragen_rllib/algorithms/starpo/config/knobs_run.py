@@ -147,7 +147,7 @@ COLLAPSE = knobs(
         "collapse_mi_samples",
         16,
         integer(2, 256, why=" (the matrix scored is that number squared)"),
-        "first-turn reasonings scored under each other's prompts",
+        "turns' reasonings (first turns first) scored under each other's prompts",
     ),
     K("collapse_warmup", 20, integer(0), "iterations before the warning may fire"),
     K("collapse_ema", 0.1, number(0, 1, low_open=True), "weight of the warning's EMAs"),
