@@ -251,7 +251,7 @@ def test_the_plans_tree_count_is_the_prefix_tree_of_a_worst_case_batch(window):
     )  # fmt: skip
 
 
-def test_rllib_plan_says_what_the_prefix_tree_saves(tmp_path):
+def test_rllib_plan_says_what_the_prefix_tree_saves():
     """The real model's FrozenLake config: the line names the shared system prefix
     read from the run's own first prompts; without sharing there is no line."""
     from ragen_rllib.cli.plan import tree_note

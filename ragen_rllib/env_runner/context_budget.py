@@ -42,7 +42,7 @@ def check_context_budget(config: Any, model_path: str) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     for entry in mix_entries(config):
-        tokens = first_prompt_tokens(entry, config, tokenizer)
+        tokens = len(first_prompt_ids(entry, config, tokenizer)[0])
         if tokens + config.max_new_tokens > bound:
             raise ValueError(
                 f"config max_context_tokens={bound} is too small: the first prompt of "
@@ -51,18 +51,23 @@ def check_context_budget(config: Any, model_path: str) -> None:
             )
 
 
-def first_prompt_tokens(entry: Any, config: Any, tokenizer: Any) -> int:
-    """The token count of ``entry``'s first prompt at seed 0, as the runner builds it."""
+def first_prompt_ids(
+    entry: Any, config: Any, tokenizer: Any, seeds: range = range(1)
+) -> list[list[int]]:
+    """The token ids of ``entry``'s first prompt at each of ``seeds`` (seed 0 alone by
+    default), as the runner builds them."""
     style = format_of(entry, config)
+    chat = ChatFormat(tokenizer, style.system, style.prefill)
     env = make_eval_env(entry)
     try:
-        obs, info = env.reset(seed=0)
-        text = with_instructions(
-            env.unwrapped, render_turn(1, obs, actions_left_of(info), None, style), style
-        )
+        prompts = []
+        for seed in seeds:
+            obs, info = env.reset(seed=seed)
+            text = render_turn(1, obs, actions_left_of(info), None, style)
+            prompts.append(chat.prompt_ids(with_instructions(env.unwrapped, text, style)))
     finally:
         env.close()
-    return len(ChatFormat(tokenizer, style.system, style.prefill).prompt_ids(text))
+    return prompts
 
 
 def shared_prompt_tokens(config: Any, model_path: str, seeds: int = 4) -> tuple[int, int] | None:
@@ -75,23 +80,13 @@ def shared_prompt_tokens(config: Any, model_path: str, seeds: int = 4) -> tuple[
         return None
     from transformers import AutoTokenizer
 
+    from ragen_rllib.engines.prefix_cache import common_prefix_length
+
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    prompts = []
-    for entry in mix_entries(config):
-        style = format_of(entry, config)
-        chat = ChatFormat(tokenizer, style.system, style.prefill)
-        env = make_eval_env(entry)
-        try:
-            for seed in range(seeds):
-                obs, info = env.reset(seed=seed)
-                text = render_turn(1, obs, actions_left_of(info), None, style)
-                prompts.append(chat.prompt_ids(with_instructions(env.unwrapped, text, style)))
-        finally:
-            env.close()
-    common = len(prompts[0])
-    for ids in prompts[1:]:
-        same = 0
-        while same < min(common, len(ids)) and ids[same] == prompts[0][same]:
-            same += 1
-        common = same
+    prompts = [
+        ids
+        for entry in mix_entries(config)
+        for ids in first_prompt_ids(entry, config, tokenizer, range(seeds))
+    ]
+    common = min(common_prefix_length(prompts[0], ids) for ids in prompts)
     return common, max(len(ids) for ids in prompts)
