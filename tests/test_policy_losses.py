@@ -321,3 +321,85 @@ def test_the_plain_ppo_path_is_unchanged_by_the_menu():
     direct, _ = policy_loss(fwd["logp"], batch["behaviour_logp"], batch["advantages"],
                             batch["response_mask"])  # fmt: skip
     assert loss.item() == direct.item()
+
+
+def test_gspo_bounds_the_sequence_log_ratio_after_the_mean_not_each_token():
+    """One token far past the bound among small negative ones: the row's mean
+    log-ratio is small, so the row keeps its gradient, as in GSPO's own form (a
+    per-token clamp before the mean pushed s out of the clip range and zeroed it)."""
+    old = torch.zeros(1, 100, dtype=F64)
+    logp = torch.full((1, 100), -0.25, dtype=F64)
+    logp[0, 37] = 24.8  # mean log-ratio (24.8 - 99 * 0.25) / 100 = 0.0005
+    logp.requires_grad_(True)
+    mask = torch.ones(1, 100, dtype=F64)
+    adv = -torch.ones(1, 100, dtype=F64)
+    loss, _ = policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        kind="gspo",
+        clip_low=3e-4,
+        clip_high=4e-4,
+        dual_clip=None,
+        agg="seq-mean-token-mean",
+    )
+    loss.backward()
+    s = math.exp(0.0005)
+    assert float(loss.detach()) == pytest.approx(s, rel=1e-9)
+    # d(-A s)/d log pi_t = s / 100 on every token, the outlier included
+    assert torch.allclose(logp.grad, torch.full_like(logp, s / 100), rtol=1e-9)
+
+
+def test_gspo_row_past_the_bound_gets_the_bounds_value_and_no_gradient():
+    old = torch.zeros(2, 4, dtype=F64)
+    logp = torch.tensor([[30.0, 30.0, 30.0, 30.0], [0.01, 0.02, -0.01, 0.0]], dtype=F64)
+    logp.requires_grad_(True)
+    mask, adv = torch.ones(2, 4, dtype=F64), -torch.ones(2, 4, dtype=F64)
+    loss, _ = policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        kind="gspo",
+        clip_low=0.2,
+        clip_high=0.2,
+        dual_clip=None,
+        agg="seq-mean-token-mean",
+    )
+    loss.backward()
+    assert math.isfinite(float(loss.detach()))
+    assert float(loss.detach()) == pytest.approx((math.exp(20.0) + math.exp(0.005)) / 2, rel=1e-9)
+    assert torch.all(logp.grad[0] == 0)
+    assert torch.all(logp.grad[1] != 0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_token_of_probability_zero_keeps_every_loss_finite(kind):
+    """log pi = -inf on one response token (the policy now rules the sampled token
+    out): the loss and every gradient stay finite, the other tokens' gradients are
+    those of the batch without that token's term, and CISPO's update is not lost."""
+    batch, fwd = random_batch(3)
+    mask = batch["response_mask"]
+    b, t = next(
+        (b, t) for b in range(mask.shape[0]) for t in range(mask.shape[1]) if mask[b, t] > 0
+    )
+    logp = fwd["logp"].detach().clone()
+    logp[b, t] = float("-inf")
+    logp.requires_grad_(True)
+    loss, stats = policy_loss(
+        logp,
+        batch["behaviour_logp"],
+        batch["advantages"],
+        mask,
+        kind=kind,
+        clip_low=0.2,
+        clip_high=0.28,
+        dual_clip=3.0,
+    )
+    loss.backward()
+    assert math.isfinite(float(loss.detach())), kind
+    assert torch.isfinite(logp.grad).all()
+    assert logp.grad[b, t] == 0
+    assert logp.grad[mask > 0].abs().sum() > 0
+    assert all(torch.isfinite(v) for v in stats.values())

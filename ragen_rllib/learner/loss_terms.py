@@ -10,18 +10,20 @@ tensor and ``mask`` is 1 on generated tokens only: masked-out tokens never
 reach a loss or a gradient (``torch.where``, not multiplication, so even
 inf/nan there is harmless).
 
-Log-ratios are clamped to [-LOG_RATIO_BOUND, LOG_RATIO_BOUND] before ``exp``:
+Token log-ratios are clamped to [-LOG_RATIO_BOUND, LOG_RATIO_BOUND] before ``exp``
+(GSPO's sequence log-ratio is bounded after its mean instead, and CISPO's log pi is
+floored at the bound; see ``policy_loss``):
 exp(88.7) overflows float32, and an infinite ratio turns the backward pass into
 NaN even where the loss stays finite. Inside the bound every ratio is exact. A
 token outside it gets no gradient at all from the surrogate (the clamp's
 gradient is 0 there), and its loss term is the bound's ratio times the
-advantage. In most cases PPO's clipping would have cut that gradient anyway;
-the exception is a negative advantage with a log-ratio above the bound and no
-dual clip (``dual_clip: null``), where the unclipped objective's gradient is
-|A| e^lr, more than 5e8 |A|. The code drops it on purpose: a token whose
-probability rose e^20-fold since sampling is a numerical fault or a stale
-sample, and one such gradient would swamp the whole step (``dual_clip`` bounds
-the same case by design).
+advantage. With a positive advantage PPO's clip would have cut that gradient
+anyway, and with a negative one the dual clip (on by default) would have. With
+``dual_clip: null`` and a negative advantage it would not: the unclipped
+objective's gradient there is |A| e^lr, more than 5e8 |A|, and the bound drops
+it on purpose, since a token whose probability rose e^20-fold since sampling is
+a numerical fault or a stale sample, and one such gradient would swamp the
+whole step.
 """
 
 from __future__ import annotations
@@ -80,6 +82,28 @@ def aggregate_loss(
 POLICY_LOSSES = ("ppo", "gspo", "cispo")
 
 
+def _gspo_sequence_ratio(
+    logp_new: torch.Tensor, old_logp: torch.Tensor, m: torch.Tensor
+) -> torch.Tensor:
+    """GSPO's sequence ratio s = exp(mean of the row's token log-ratios), per token
+    # [B, T]: the value s on every token of the row, the gradient s * grad log pi.
+
+    The bound is applied to the sequence's mean log-ratio, not to each token before
+    the mean: one token far outside it (a log-ratio of +25 among small negative ones)
+    moves the mean a little and must not cut its row's gradient. A row whose mean is
+    outside the bound (or not finite) carries the bound's value and no gradient.
+    """
+    zeros = torch.zeros_like(logp_new)
+    raw = torch.where(m, logp_new.detach() - old_logp.to(logp_new.dtype), zeros)  # [B, T]
+    tokens = m.sum(dim=1, keepdim=True).clamp_min(1).to(raw.dtype)
+    seq = raw.sum(dim=1, keepdim=True) / tokens  # [B, 1]
+    inside = seq.abs() <= LOG_RATIO_BOUND  # [B, 1]; False for NaN too
+    seq = torch.nan_to_num(seq, nan=0.0).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    # value 0, gradient d log pi, on the finite response tokens of rows inside the bound
+    live = torch.where(m & inside & torch.isfinite(logp_new), logp_new, zeros)
+    return torch.exp(seq + live - live.detach())
+
+
 def policy_loss(
     logp_new: torch.Tensor,
     old_logp: torch.Tensor,
@@ -107,8 +131,8 @@ def policy_loss(
       ``dual_clip`` c and A < 0, l = min(l, -A c) (loss capped at c |A|, so a token
       whose ratio exploded cannot dominate the batch; c must be > 1).
     * ``gspo``: the same with the row's sequence ratio s = exp(mean of the row's
-      token log-ratios) in place of r. Each token carries s's value and the
-      gradient s * grad log pi(token) (the token form of GSPO), so per-token
+      token log-ratios, the mean bounded to +-20) in place of r. Each token carries
+      s's value and the gradient s * grad log pi(token) (the token form of GSPO), so per-token
       advantages (per turn, GAE) and every ``loss_agg`` compose with it; with one
       advantage per row and ``seq-mean-token-mean`` it is GSPO's sequence loss
       exactly. The clip range is GSPO's own, far narrower (``clip_low``/``clip_high``
@@ -117,6 +141,8 @@ def policy_loss(
     * ``cispo``: l = -sg(min(r, cispo_cap)) A log pi: the importance weight is
       capped, not the update, so every token keeps a gradient; ``clip_low``,
       ``clip_high`` and the dual clip do not apply (the weight is bounded already).
+      log pi is floored at log pi_old - 20, so a token of probability 0 under the
+      current policy gives a finite term and no gradient.
 
     Stats (detached scalars, over masked tokens): ``clip_frac`` where the clip
     acted on the gradient (ppo/gspo: the clipped term was selected; cispo: the
@@ -139,13 +165,16 @@ def policy_loss(
     dual_active = torch.zeros_like(m)
     if kind == "cispo":
         capped = ratio.detach().clamp(max=cispo_cap)
-        pg = -capped * adv * torch.where(m, logp_new, zeros)
+        # log pi floored at the bound's log-ratio below the behaviour's: a token the
+        # policy now gives probability 0 (log pi = -inf) has weight e^-20 and would
+        # make the loss infinite; floored, its term is finite and its gradient 0.
+        floor = (old_logp.to(logp_new.dtype) - LOG_RATIO_BOUND).detach()
+        logp_floored = torch.where(m, torch.maximum(logp_new, floor), zeros)
+        pg = -capped * adv * logp_floored
         clipped = m & (ratio.detach() > cispo_cap)
     else:
         if kind == "gspo":
-            tokens = m.sum(dim=1, keepdim=True).clamp_min(1).to(log_ratio.dtype)
-            seq = (log_ratio.sum(dim=1, keepdim=True) / tokens).detach()  # [B, 1]
-            surrogate = torch.exp(seq + log_ratio - log_ratio.detach())  # value s, grad s dlogp
+            surrogate = _gspo_sequence_ratio(logp_new, old_logp, m)
         else:
             surrogate = ratio
         pg_unclipped = -adv * surrogate
