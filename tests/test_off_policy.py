@@ -53,7 +53,7 @@ groups = []
 for batch in trained:
     by = {}
     for t in batch:
-        by.setdefault(t.group, []).append(t.total_reward)
+        by.setdefault(t.group, []).append([t.total_reward, t.success])
     groups.append({str(g): r for g, r in by.items()})
 out["dynamic"] = {"groups": groups, "metrics": result["dynamic_sampling"],
                   "lifetime": result["counters"]["num_dynamic_sampling_calls_lifetime"]}
@@ -90,7 +90,8 @@ def test_the_gap_correction_and_dynamic_sampling_in_real_runs(tmp_path):
         # Every group trained on has reward spread; at most 6 of them; some came from
         # an extra call (their ids start after the first call's 4).
         assert 0 < len(batch) <= 6, batch
-        assert all(len(set(rewards)) > 1 for rewards in batch.values()), batch
+        # DAPO's rule (the default): some of each group's trajectories succeeded, some not.
+        assert all(len({s for _, s in group}) > 1 for group in batch.values()), batch
         assert max(int(g) for g in batch) >= 4, batch
     metrics = dynamic["metrics"]  # the last iteration's
     assert 1 <= metrics["extra_calls"] <= 2
@@ -249,3 +250,40 @@ def test_a_trajectory_pickled_before_the_new_fields_loads_with_their_defaults():
 
     cols = TrajectoriesToBatch()(rl_module={}, batch={}, episodes=[old])["default_policy"]
     assert cols["token_lag"].sum() == 0 and cols["cut_mask"].sum() == 0
+
+
+def _group(group, rewards, successes):
+    out = []
+    for reward, success in zip(rewards, successes, strict=True):
+        t = Trajectory(env_id="x", seed=0, group=group)
+        t.turn_rewards, t.success = [reward], success
+        out.append(t)
+    return out
+
+
+def test_dynamic_sampling_keeps_groups_by_success_spread_as_dapo_does():
+    from ragen_rllib.algorithms.starpo.starpo import groups_with_spread
+
+    batch = (
+        _group(0, [1.0, 0.0, 1.0], [True, False, True])  # mixed outcome: kept
+        + _group(1, [1.0, 0.95, 1.0], [True, True, True])  # only a length penalty differs
+        + _group(2, [0.1 + 0.2, 0.3], [False, False])  # only float noise differs
+        + _group(3, [float("nan"), float("nan")], [True, False])  # undefined advantages
+        + _group(4, [0.0, float("inf")], [False, True])
+    )
+    kept, nonfinite = groups_with_spread(batch)
+    assert [g[0].group for g in kept] == [0]
+    assert nonfinite == 2
+    # By reward: the penalty's 0.05 is a spread, float noise is not, non-finite never.
+    kept, nonfinite = groups_with_spread(batch, "reward", reward_tol=1e-6)
+    assert [g[0].group for g in kept] == [0, 1]
+    assert nonfinite == 2
+    kept, _ = groups_with_spread(batch, "reward", reward_tol=0.1)
+    assert [g[0].group for g in kept] == [0]
+
+
+def test_dynamic_sampling_spread_is_a_checked_knob():
+    with pytest.raises(ValueError, match="dynamic_sampling_spread"):
+        _config(dynamic_sampling_spread="accuracy").validate()
+    with pytest.raises(ValueError, match="dynamic_sampling_reward_tol"):
+        _config(dynamic_sampling_reward_tol=-1.0).validate()

@@ -26,6 +26,7 @@ the algorithm class.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -190,9 +191,11 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         up to ``dynamic_sampling_max_calls`` more sampling calls (each through the
         whole sample-batch stage, filter included; its metrics are the first call's)
         until ``dynamic_sampling_groups`` such groups are held; the first that many
-        are trained on. Groups without reward spread leave the batch."""
+        are trained on. Groups without spread (``dynamic_sampling_spread``) leave the
+        batch; those left out for a non-finite reward are counted."""
         cfg = self.config
-        groups = groups_with_spread(kept)
+        rule = (cfg.dynamic_sampling_spread, cfg.dynamic_sampling_reward_tol)
+        groups, nonfinite = groups_with_spread(kept, *rule)
         calls = 0
         while len(groups) < cfg.dynamic_sampling_groups and calls < cfg.dynamic_sampling_max_calls:
             calls += 1
@@ -204,10 +207,13 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
             for t in more:  # group ids stay unique within the batch
                 t.group += calls * cfg.env_groups
             self._sample_stage(rl_module=None, batch={}, episodes=more, metrics=None)
-            groups += groups_with_spread(more)
+            more_groups, more_nonfinite = groups_with_spread(more, *rule)
+            groups += more_groups
+            nonfinite += more_nonfinite
         held = len(groups)
         self.metrics.log_dict(
             {"extra_calls": calls, "groups_with_spread": held,
+             "nonfinite_groups": nonfinite,
              "short": int(held < cfg.dynamic_sampling_groups)},
             key="dynamic_sampling",
             window=1,
@@ -271,12 +277,31 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         }
 
 
-def groups_with_spread(trajs: list[Trajectory]) -> list[list[Trajectory]]:
-    """The groups (in batch order) whose trajectories' rewards are not all equal."""
+def groups_with_spread(
+    trajs: list[Trajectory], spread: str = "success", reward_tol: float = 1e-6
+) -> tuple[list[list[Trajectory]], int]:
+    """The groups (in batch order) that carry a learning signal for dynamic sampling,
+    and how many groups were left out for a non-finite total reward.
+
+    ``spread="success"`` (DAPO's rule): some of the group's trajectories succeeded and
+    some did not. ``spread="reward"``: the group's total rewards span more than
+    ``reward_tol``. Under either rule a group with a NaN or infinite total reward has no
+    spread (its advantages would be undefined).
+    """
     groups: dict[int, list[Trajectory]] = {}
     for t in trajs:
         groups.setdefault(t.group, []).append(t)
-    return [g for g in groups.values() if len({t.total_reward for t in g}) > 1]
+    kept, nonfinite = [], 0
+    for g in groups.values():
+        rewards = [t.total_reward for t in g]
+        if not all(math.isfinite(r) for r in rewards):
+            nonfinite += 1
+        elif spread == "success":
+            if len({bool(t.success) for t in g}) > 1:
+                kept.append(g)
+        elif max(rewards) - min(rewards) > reward_tol:
+            kept.append(g)
+    return kept, nonfinite
 
 
 class StarPOConfig(StarPOConfigBase):

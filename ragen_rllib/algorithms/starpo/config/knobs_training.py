@@ -134,8 +134,24 @@ FILTER = knobs(
         None,
         integer(1, none_ok=True, null="off"),
         "DAPO's dynamic sampling: sample more batches until this many groups with "
-        "non-zero reward spread are kept (groups without spread leave the batch)",
+        "spread (dynamic_sampling_spread) are kept (groups without spread leave the batch)",
         cross=True,
+    ),
+    K(
+        "dynamic_sampling_spread",
+        "success",
+        choice(("success", "reward")),
+        "dynamic sampling: a group has spread when its trajectories' success differs "
+        "(DAPO's rule: its success rate is strictly between 0 and 1), or with reward when "
+        "its finite total rewards differ by more than dynamic_sampling_reward_tol; a group "
+        "with a non-finite reward never counts as having spread",
+    ),
+    K(
+        "dynamic_sampling_reward_tol",
+        1.0e-6,
+        number(0),
+        "dynamic sampling with spread reward: the largest max-min of a group's total "
+        "rewards still read as no spread (float noise, a small length penalty)",
     ),
     K(
         "dynamic_sampling_max_calls",
