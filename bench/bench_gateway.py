@@ -3,7 +3,7 @@
 One HF engine (the built-in model, ``--threads`` torch threads) answers the
 same conversations two ways, side by side in one process, alternating:
 
-- ``direct``: the ids from :class:`~ragen_rllib.env_runner.conversation.ConversationRecorder`
+- ``direct``: the ids from :class:`~ragen_rllib.agents.conversation.ConversationRecorder`
   handed to ``engine.generate`` (what an env runner's own loop costs);
 - ``gateway``: the same conversation as an agent would hold it, through the
   ``openai`` client over HTTP to the gateway on 127.0.0.1 (JSON, the chat
@@ -41,12 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoTokenizer
 
+    from ragen_rllib.agents.conversation import ConversationRecorder
+    from ragen_rllib.agents.gateway import Gateway, GatewayLimits
     from ragen_rllib.engines.base import SamplingParams
     from ragen_rllib.engines.hf_engine import HFEngine
-    from ragen_rllib.env_runner.conversation import ConversationRecorder
-    from ragen_rllib.env_runner.gateway import Gateway, GatewayLimits
-    from ragen_rllib.env_runner.trajectory import Trajectory
     from ragen_rllib.models.resolve import resolve_model
+    from ragen_rllib.records.trajectory import Trajectory
 
     torch.set_num_threads(args.threads)
     path = resolve_model("builtin")

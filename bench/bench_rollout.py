@@ -46,7 +46,7 @@ def naive_episode(runner, seed: int, params, sample_seed: int) -> NaiveEpisode:
     import torch
 
     from ragen_rllib.chat.prompts import render_turn, with_instructions
-    from ragen_rllib.env_runner.env_loading import actions_left_of, make_env
+    from ragen_rllib.env_choice.env_loading import actions_left_of, make_env
 
     cfg, chat, tok = runner.config, runner.chat, runner.tokenizer
     model = runner.engine.model

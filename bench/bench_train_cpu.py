@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler = PeakRSS()
     sampler.start()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    from ragen_rllib.env_runner import warmup
+    from ragen_rllib.models import warmup
 
     warmed = bool(config.format_warmup_steps)
     cached = warmed and os.path.isfile(os.path.join(warmup.warmed_path(config), warmup.RECORD_FILE))

@@ -16,9 +16,9 @@ import pytest
 from conftest import learner_logp_gap, private_env, run_script, tiny_config, tiny_dict
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
+from ragen_rllib.agents.programs import agent_outcome, load_callable, load_tasks
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
 from ragen_rllib.engines.base import SamplingParams
-from ragen_rllib.env_runner.agents import agent_outcome, load_callable, load_tasks
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 
 HERE = Path(__file__).resolve().parent

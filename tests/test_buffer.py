@@ -3,7 +3,7 @@
 import pytest
 
 from ragen_rllib.algorithms.starpo.buffer import FreshnessBuffer
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.records.trajectory import Trajectory
 
 
 def batch(version: int, n: int = 2) -> list[Trajectory]:

@@ -337,7 +337,7 @@ def test_diversity_metrics_read_the_models_text_not_a_fixed_prefill():
     """With the Sokoban examples' prefill (a closed think block), the metrics measure
     the moves the model wrote: varied answers are not one template."""
     from ragen_rllib.algorithms.starpo.collapse import diversity_metrics
-    from ragen_rllib.env_runner.trajectory import Trajectory
+    from ragen_rllib.records.trajectory import Trajectory
 
     fixed = "<think> go </think> <answer>"
     moves = ["Up || Left", "Down", "Right || Right || Up", "Left || Down"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from ragen_rllib.env_runner.conversation import ConversationRecorder, same_answer
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.agents.conversation import ConversationRecorder, same_answer
 from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.records.trajectory import Trajectory
 
 
 @pytest.fixture(scope="module")

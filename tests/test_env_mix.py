@@ -9,9 +9,9 @@ import pytest
 from conftest import run_script, tiny_config, tiny_dict
 
 from ragen_rllib.connectors.sample_batch import GroupAdvantages, RolloutFilter
-from ragen_rllib.env_runner.env_mix import MixEntry, entry_of_group, mix_entries
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.env_choice.env_mix import MixEntry, entry_of_group, mix_entries
 from ragen_rllib.maths.estimators import AdvantageSettings
+from ragen_rllib.records.trajectory import Trajectory
 
 MIX = [
     {"env": "ragen/Bandit-v0", "groups": 1, "max_turns": 1, "prompt_style": "full"},

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from ragen_rllib.connectors.sample_batch import GroupAdvantages
-from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths.advantages import gigpo_advantages, group_normalize, whiten_turns
 from ragen_rllib.maths.estimators import AdvantageSettings
+from ragen_rllib.records.trajectory import Trajectory
 
 REWARDS = [1.0, 2.0, 3.0, 5.0, 1.0]
 STATES = [0, 0, 0, 1, 1]

@@ -8,7 +8,7 @@ from math import comb
 import pytest
 from conftest import run_script, tiny_config, tiny_dict
 
-from ragen_rllib.env_runner.eval_suites import BUILTIN_SUITES, resolve_suites, suite_entries
+from ragen_rllib.env_choice.eval_suites import BUILTIN_SUITES, resolve_suites, suite_entries
 from ragen_rllib.maths.pass_at_k import mean_pass_at_k, pass_at_k
 
 

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from ragen_rllib.connectors.sample_batch import RolloutFilter
-from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths.filters import (
     check_filter,
     filter_groups,
     in_group_std,
     num_groups_to_keep,
 )
+from ragen_rllib.records.trajectory import Trajectory
 
 A = [0.1, 0.5, 0.2, 0.9, 0.0, 0.3, 0.8, 0.4]
 

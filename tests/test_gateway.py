@@ -13,10 +13,10 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
+from ragen_rllib.agents.gateway import Gateway, GatewayError, GatewayLimits
 from ragen_rllib.engines.hf_engine import HFEngine
-from ragen_rllib.env_runner.gateway import Gateway, GatewayError, GatewayLimits
-from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.records.trajectory import Trajectory
 
 LIMITS = GatewayLimits(
     model="builtin", temperature=1.0, top_p=1.0, max_new_tokens=12, max_context_tokens=400,

@@ -10,7 +10,7 @@ from conftest import run_script
 
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import OverlongPenalty
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.records.trajectory import Trajectory
 
 SCRIPT = """
 import json, math, ray

@@ -268,8 +268,8 @@ def test_the_config_check_names_the_env_key():
 
 def test_env_config_and_runner_errors_plug_into_the_env_error_path(servers):
     from ragen_rllib.connectors.sample_batch import EnvErrorBudgetExceeded, build_sample_pipeline
-    from ragen_rllib.env_runner.env_loading import make_eval_env
-    from ragen_rllib.env_runner.eval_suites import resolve_suites
+    from ragen_rllib.env_choice.env_loading import make_eval_env
+    from ragen_rllib.env_choice.eval_suites import resolve_suites
     from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
     from ragen_rllib.env_runner.metrics import rollout_metrics
 

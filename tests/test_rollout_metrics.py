@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragen_rllib.env_runner.metrics import group_outcomes, rollout_metrics
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.records.trajectory import Trajectory
 
 
 def rollout(group: int, success: bool, answers: list[str]) -> Trajectory:

@@ -14,7 +14,7 @@ import pytest
 from conftest import private_env, tiny_config, tiny_dict
 
 from ragen_rllib.chat.prompts import FORMAT_HINT
-from ragen_rllib.env_runner.env_loading import make_env, success_of
+from ragen_rllib.env_choice.env_loading import make_env, success_of
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 
 ROOT = Path(__file__).resolve().parents[1]

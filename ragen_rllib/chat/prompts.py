@@ -5,7 +5,7 @@ turns the env's instructions and text observations into chat messages and
 renders them through the tokenizer's chat template into the ids the engine
 continues (:class:`ChatFormat`). The env runner appends them, and the ids the
 engine sampled, to the trajectory record
-(:class:`~ragen_rllib.env_runner.trajectory.Trajectory`); the built-in model's
+(:class:`~ragen_rllib.records.trajectory.Trajectory`); the built-in model's
 pretraining renders its transcripts through the same functions.
 
 Message structure (as in the RAGEN paper): a system message; a first user

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ragen_rllib.algorithms.starpo.checkpoint import CorruptCheckpointError, verify_checkpoint
 from ragen_rllib.cli.experiments import UsageError
-from ragen_rllib.env_runner.eval_suites import suite_entries
+from ragen_rllib.env_choice.eval_suites import suite_entries
 
 
 def evaluate(args: argparse.Namespace) -> int:
@@ -98,7 +98,7 @@ def evaluate(args: argparse.Namespace) -> int:
 
 def _write_trajectories(trajectories: list, out: Path, checkpoint: Path, algo) -> None:
     from ragen_rllib.algorithms.starpo.rollout_dump import turn_rows, write_atomic
-    from ragen_rllib.env_runner.env_mix import format_of, mix_entries
+    from ragen_rllib.env_choice.env_mix import format_of, mix_entries
 
     table = turn_rows(
         trajectories,
@@ -135,7 +135,7 @@ def _override(algo, values: dict) -> None:
 def _suites(config, names: list[str]) -> dict:
     """The suites called ``names``: the run's own (``eval_suites``) first, then the
     built-in ones."""
-    from ragen_rllib.env_runner.eval_suites import BUILTIN_SUITES, resolve_suites
+    from ragen_rllib.env_choice.eval_suites import BUILTIN_SUITES, resolve_suites
 
     configured = dict(suite_entries(config.eval_suites))
     unknown = [n for n in names if n not in configured and n not in BUILTIN_SUITES]

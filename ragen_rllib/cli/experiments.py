@@ -274,7 +274,7 @@ def param_space(config, grid: dict[str, list[Any]]) -> Any:
     for key, values in grid.items():
         name = key if key in space else {"lambda": "lambda_", "lambda_": "lambda"}.get(key, key)
         if key in ("agent", "agent_tasks"):  # a trial may start in another directory
-            from ragen_rllib.env_runner.agents import resolve_path
+            from ragen_rllib.agents.programs import resolve_path
 
             values = [resolve_path(v) for v in values]
         space[name] = tune.grid_search(values)

@@ -2,7 +2,7 @@
 
 An RLlib ConnectorV2 pipeline run inside every learner on its shard of the
 batch (RLlib's ``episodes`` argument: here always
-:class:`~ragen_rllib.env_runner.trajectory.Trajectory` records):
+:class:`~ragen_rllib.records.trajectory.Trajectory` records):
 
 1. :class:`TrajectoriesToBatch` right-pads every training sequence into [R, T]
    rows and lays out each trajectory's response stream;
@@ -31,12 +31,12 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from ragen_rllib.distributed.collectives import agreed_count, is_sharded, summed_over_learners
-from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.learner.loss import gap_over_learners
 from ragen_rllib.maths import advantages as adv
 from ragen_rllib.maths import off_policy
 from ragen_rllib.maths.batching import fill_plan, from_stream, microbatches, take_rows, to_stream
 from ragen_rllib.maths.estimators import ESTIMATORS, StreamBatch
+from ragen_rllib.records.trajectory import Trajectory
 
 #: Per-trajectory columns: read by ComputeAdvantages and removed there, so that every
 #: column the learner's minibatches see has one row per training sequence.

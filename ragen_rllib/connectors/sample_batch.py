@@ -23,9 +23,9 @@ import numpy as np
 from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 
-from ragen_rllib.env_runner.trajectory import Trajectory, env_name
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, TurnBatch
 from ragen_rllib.maths.filters import filter_groups
+from ragen_rllib.records.trajectory import Trajectory, env_name
 
 
 class EnvErrorBudgetExceeded(RuntimeError):

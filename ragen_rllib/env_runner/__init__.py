@@ -1,3 +1,3 @@
 """The env runner: the RLlib EnvRunner that plays multi-turn trajectories with a
-rollout engine, the trajectory record it writes, the prompts it renders, how it
-finds the env, and the rollout metrics. Imports no learner code."""
+rollout engine, the prompts it renders turn by turn, the context budget, the
+curriculum and the rollout metrics. Imports no learner code."""

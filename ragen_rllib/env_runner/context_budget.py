@@ -19,8 +19,8 @@ import os
 from typing import Any
 
 from ragen_rllib.chat.prompts import ChatFormat, render_turn, with_instructions
-from ragen_rllib.env_runner.env_loading import actions_left_of, make_eval_env
-from ragen_rllib.env_runner.env_mix import format_of, mix_entries
+from ragen_rllib.env_choice.env_loading import actions_left_of, make_eval_env
+from ragen_rllib.env_choice.env_mix import format_of, mix_entries
 
 
 def check_context_budget(config: Any, model_path: str) -> None:

@@ -6,7 +6,7 @@ active trajectories, asks the rollout engine for one answer each (one batch),
 decodes each answer only to hand its text to the env, appends the env's next
 observation as tokens, and stops a trajectory when its env terminates or
 truncates, when it has had K turns, or when its context would overflow.
-``sample()`` returns :class:`~ragen_rllib.env_runner.trajectory.Trajectory`
+``sample()`` returns :class:`~ragen_rllib.records.trajectory.Trajectory`
 records, which the StarPO algorithm filters and the learner trains on.
 
 A rollout actor imports no learner code: it holds a rollout engine
@@ -29,27 +29,27 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from ragen_rllib.agents.programs import AgentRollouts
 from ragen_rllib.chat.prompts import ChatFormat, PromptFormat, render_turn, with_instructions
 from ragen_rllib.console import quiet
 from ragen_rllib.distributed.wire import from_wire, is_wire
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.engines.factory import make_engine
-from ragen_rllib.env_runner.agents import AgentRollouts
-from ragen_rllib.env_runner.env_loading import (
+from ragen_rllib.env_choice.env_loading import (
     actions_left_of,
     import_env_modules,
     make_env,
     make_eval_env,
     success_of,
 )
-from ragen_rllib.env_runner.env_mix import entry_of_group, format_of, mix_entries, turns_of
-from ragen_rllib.env_runner.eval_suites import EvalEnv
+from ragen_rllib.env_choice.env_mix import entry_of_group, format_of, mix_entries, turns_of
+from ragen_rllib.env_choice.eval_suites import EvalEnv
 from ragen_rllib.env_runner.metrics import evaluation_metrics
 from ragen_rllib.env_runner.rollout_state import Rollout, WholeHistory, Window, check_observation
-from ragen_rllib.env_runner.trajectory import Trajectory
-from ragen_rllib.env_runner.warmup import model_path
 from ragen_rllib.maths.seeding import mix_seed, training_group_seeds
 from ragen_rllib.models.lora import AdapterMerger, LoraSettings
+from ragen_rllib.models.warmup import model_path
+from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 quiet()
@@ -274,7 +274,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
 
         ``env`` (an evaluation suite's, or a mixture entry) plays every seed instead
         of the training envs, where group ``g`` plays its mixture entry
-        (:mod:`ragen_rllib.env_runner.env_mix`) with its turn limit and prompt style.
+        (:mod:`ragen_rllib.env_choice.env_mix`) with its turn limit and prompt style.
         """
         cfg = self.config
         if cfg.agent is not None:  # an agent program plays each trajectory (agents.py)

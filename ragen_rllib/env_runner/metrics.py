@@ -14,9 +14,9 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from ragen_rllib.env_runner.trajectory import Trajectory, env_name
 from ragen_rllib.maths.filters import in_group_std
 from ragen_rllib.maths.pass_at_k import mean_pass_at_k
+from ragen_rllib.records.trajectory import Trajectory, env_name
 
 ENV_INFO_KEYS = ("action_is_valid", "action_is_effective", "format_ok", "num_actions")
 

@@ -21,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 
 from ragen_rllib.chat.prompts import ChatFormat, PromptFormat
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """FreshnessBuffer: the rollout buffer that online-k reuse and asynchronous sampling share.
 
 An RLlib replay buffer (``ReplayBufferInterface``) whose item is one rollout
-batch (a list of :class:`~ragen_rllib.env_runner.trajectory.Trajectory`). Two bounds keep
+batch (a list of :class:`~ragen_rllib.records.trajectory.Trajectory`). Two bounds keep
 what it hands out fresh:
 
 - **uses**: a batch is handed out at most ``online_k`` times, then dropped
@@ -23,7 +23,7 @@ from typing import Any
 
 from ray.rllib.utils.replay_buffers.base import ReplayBufferInterface
 
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.records.trajectory import Trajectory
 
 
 class FreshnessBuffer(ReplayBufferInterface):

@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths.collapse import (
     EarlyWarning,
     distinct_n,
@@ -33,6 +32,7 @@ from ragen_rllib.maths.collapse import (
     template_repetition,
 )
 from ragen_rllib.models.resolve import resolve_model
+from ragen_rllib.records.trajectory import Trajectory
 
 GUARDS = ("off", "stop", "checkpoint")
 

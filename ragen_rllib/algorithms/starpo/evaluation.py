@@ -10,7 +10,7 @@ remote runner.
 from __future__ import annotations
 
 from ragen_rllib.algorithms.starpo.sampling import RunnerFailure
-from ragen_rllib.env_runner.eval_suites import EvalEnv, resolve_suites
+from ragen_rllib.env_choice.eval_suites import EvalEnv, resolve_suites
 from ragen_rllib.env_runner.metrics import mean_over_envs
 
 

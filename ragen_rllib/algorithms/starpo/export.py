@@ -83,7 +83,7 @@ def training_settings(checkpoint: str | os.PathLike) -> dict[str, Any]:
     """How the checkpoint's run prompted and sampled the model (``ragen_rllib.json``)."""
     from dataclasses import asdict
 
-    from ragen_rllib.env_runner.env_mix import format_of, mix_entries
+    from ragen_rllib.env_choice.env_mix import format_of, mix_entries
 
     config = _run_config(Path(checkpoint))
     keys = ("llm", "max_turns", "max_new_tokens", "max_context_tokens", "context_window",

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ragen_rllib.env_runner.trajectory import Trajectory, env_name
+from ragen_rllib.records.trajectory import Trajectory, env_name
 
 SCHEMA_VERSION = 1
 SCHEMA_KEY = b"ragen_rllib.schema_version"

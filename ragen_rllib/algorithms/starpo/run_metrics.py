@@ -22,7 +22,7 @@ from ray.rllib.utils.metrics import LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFET
 
 from ragen_rllib.algorithms.starpo.collapse import diversity_metrics
 from ragen_rllib.env_runner.metrics import by_env, rollout_metrics
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 

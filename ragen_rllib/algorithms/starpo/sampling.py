@@ -37,8 +37,8 @@ from ragen_rllib.distributed.cluster import no_runner_host
 from ragen_rllib.distributed.mailbox import WeightMailbox
 from ragen_rllib.distributed.wire import to_wire
 from ragen_rllib.env_runner.curriculum import stage_at
-from ragen_rllib.env_runner.trajectory import Trajectory
 from ragen_rllib.maths.seeding import training_group_seeds
+from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 

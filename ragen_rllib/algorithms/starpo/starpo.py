@@ -50,13 +50,13 @@ from ragen_rllib.algorithms.starpo.run_metrics import LIFETIME_COUNTERS, RunMetr
 from ragen_rllib.algorithms.starpo.run_state import CheckpointStateMixin
 from ragen_rllib.algorithms.starpo.sampling import SampleRequest, SamplingMixin
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
+from ragen_rllib.env_choice.env_loading import import_env_modules
+from ragen_rllib.env_choice.env_mix import format_of, mix_entries
 from ragen_rllib.env_runner.curriculum import parse_curriculum
-from ragen_rllib.env_runner.env_loading import import_env_modules
-from ragen_rllib.env_runner.env_mix import format_of, mix_entries
-from ragen_rllib.env_runner.trajectory import Trajectory
-from ragen_rllib.env_runner.warmup import model_path
 from ragen_rllib.maths.batching import num_minibatches, shard_trajectories
 from ragen_rllib.maths.seeding import mix_seed
+from ragen_rllib.models.warmup import model_path
+from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 

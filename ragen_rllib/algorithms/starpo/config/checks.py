@@ -17,9 +17,9 @@ from typing import Any
 from ragen_rllib.algorithms.starpo.config import env_checks
 from ragen_rllib.algorithms.starpo.config.knobs import RULES, yaml_name
 from ragen_rllib.algorithms.starpo.config.rules import number_hint
+from ragen_rllib.env_choice.env_loading import check_env, make_eval_env
+from ragen_rllib.env_choice.env_mix import format_of, mix_entries, parse_env_mix
 from ragen_rllib.env_runner.context_budget import check_context_budget
-from ragen_rllib.env_runner.env_loading import check_env, make_eval_env
-from ragen_rllib.env_runner.env_mix import format_of, mix_entries, parse_env_mix
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
 from ragen_rllib.models.hub import load_hub_config

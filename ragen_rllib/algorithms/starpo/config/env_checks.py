@@ -10,12 +10,12 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from ragen_rllib.agents.programs import SPLITS, load_callable, load_tasks, resolve_path
 from ragen_rllib.algorithms.starpo.config.knobs import KNOBS
-from ragen_rllib.env_runner.agents import SPLITS, load_callable, load_tasks, resolve_path
+from ragen_rllib.env_choice.env_loading import check_env, make_env, make_eval_env
+from ragen_rllib.env_choice.env_mix import parse_env_mix
+from ragen_rllib.env_choice.eval_suites import resolve_suites
 from ragen_rllib.env_runner.curriculum import parse_curriculum
-from ragen_rllib.env_runner.env_loading import check_env, make_env, make_eval_env
-from ragen_rllib.env_runner.env_mix import parse_env_mix
-from ragen_rllib.env_runner.eval_suites import resolve_suites
 
 
 def check_env_mix(config) -> None:

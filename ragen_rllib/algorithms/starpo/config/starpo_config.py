@@ -20,11 +20,11 @@ from ragen_rllib.algorithms.starpo.config.yaml_front import config_from_user_dic
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.distributed.learner_group import build_learner_group
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-from ragen_rllib.env_runner.warmup import model_path
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, Estimator
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.models.runtime import native_bfloat16
+from ragen_rllib.models.warmup import model_path
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 from ragen_rllib.rl_module.packing import unsupported
 

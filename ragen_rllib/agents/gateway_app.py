@@ -1,5 +1,5 @@
 """The gateway's HTTP routes (FastAPI): the OpenAI paths over a
-:class:`~ragen_rllib.env_runner.gateway.Gateway`.
+:class:`~ragen_rllib.agents.gateway.Gateway`.
 
 The key is checked before the body is read; the body is read in chunks and
 refused (413) as soon as it passes the size limit, so an oversized request is

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ragen_rllib.chat.prompts import PROMPT_STYLES, PromptFormat, prompt_format
-from ragen_rllib.env_runner.eval_suites import EvalEnv, default_name
+from ragen_rllib.env_choice.eval_suites import EvalEnv, default_name
 
 #: The keys an ``env_mix`` entry may hold.
 ENTRY_KEYS = ("env", "groups", "env_config", "name", "max_turns", "prompt_style", "prompt")

@@ -18,7 +18,7 @@ keeps the ids instead:
   rendering starts a new segment of the trajectory, with its own context, as
   the ``context_window`` modes do.
 
-Each answer becomes one turn of the :class:`~ragen_rllib.env_runner.trajectory.Trajectory`
+Each answer becomes one turn of the :class:`~ragen_rllib.records.trajectory.Trajectory`
 (its generated ids, behaviour log-probs and policy version), so the
 estimators, filters and dumps read it unchanged.
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragen_rllib.chat.prompts import ChatFormat
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.records.trajectory import Trajectory
 
 
 def message_text(content: Any) -> str:

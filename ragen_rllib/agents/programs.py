@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from ragen_rllib.env_runner.gateway import Gateway, GatewayLimits
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.agents.gateway import Gateway, GatewayLimits
+from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ import numpy as np
 
 from ragen_rllib.chat.prompts import ChatFormat, render_turn, with_instructions
 from ragen_rllib.console import no_progress_bars
-from ragen_rllib.env_runner.env_loading import make_eval_env
-from ragen_rllib.env_runner.env_mix import format_of, mix_entries
+from ragen_rllib.env_choice.env_loading import make_eval_env
+from ragen_rllib.env_choice.env_mix import format_of, mix_entries
 from ragen_rllib.models.builtin import default_cache_dir
 from ragen_rllib.models.cache_folder import publish_folder
 from ragen_rllib.models.resolve import resolve_model

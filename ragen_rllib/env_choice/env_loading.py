@@ -142,7 +142,7 @@ def make_env(config: Any) -> gym.Env:
 
 
 def make_eval_env(env: Any) -> gym.Env:
-    """An evaluation suite's env (an :class:`~ragen_rllib.env_runner.eval_suites.EvalEnv`)."""
+    """An evaluation suite's env (an :class:`~ragen_rllib.env_choice.eval_suites.EvalEnv`)."""
     if is_remote_id(env.env):
         return OpenEnvTextEnv(base_url_of(env.env), **env.env_config)
     if ":" in env.env:

@@ -3,7 +3,7 @@
 An agent program written against the ``openai`` client (or raw HTTP) points its
 ``base_url`` here and is trained unchanged: every request is answered by the
 run's engine, with the run's policy, and recorded token-in, token-out into the
-trajectory its API key names (:class:`~ragen_rllib.env_runner.conversation.ConversationRecorder`).
+trajectory its API key names (:class:`~ragen_rllib.agents.conversation.ConversationRecorder`).
 
 - ``POST /v1/chat/completions`` and ``GET /v1/models``, on FastAPI and uvicorn,
   bound to 127.0.0.1 by default.
@@ -35,12 +35,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ragen_rllib.agents.conversation import ConversationRecorder, message_text
+from ragen_rllib.agents.gateway_batcher import Batcher, BatcherClosed
+from ragen_rllib.agents.gateway_schema import ChatRequest
 from ragen_rllib.chat.tool_calls import parse_tool_calls, template_has_tool_calls
 from ragen_rllib.engines.base import RolloutEngine, SamplingParams
-from ragen_rllib.env_runner.conversation import ConversationRecorder, message_text
-from ragen_rllib.env_runner.gateway_batcher import Batcher, BatcherClosed
-from ragen_rllib.env_runner.gateway_schema import ChatRequest
-from ragen_rllib.env_runner.trajectory import Trajectory
+from ragen_rllib.records.trajectory import Trajectory
 
 UNKNOWN_KEY = "unknown API key: use the key the runner gave the agent"
 FINISHED = "this trajectory is finished; its key takes no requests"
@@ -295,7 +295,7 @@ class Gateway:
         """Start serving in a background thread; the base URL (``.../v1``)."""
         import uvicorn
 
-        from ragen_rllib.env_runner.gateway_app import make_app
+        from ragen_rllib.agents.gateway_app import make_app
 
         app = make_app(self, GatewayError)
         # Idle connections stay open longer than a client keeps them (httpx: 5 s), so
