@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from ragen_rllib.learner.loss_terms import kl_penalty, policy_loss, value_loss
+from ragen_rllib.learner.kl_estimators import kl_penalty
+from ragen_rllib.learner.loss_terms import value_loss
+from ragen_rllib.learner.policy_losses import policy_loss
 from ragen_rllib.maths.advantages import (
     bilevel_gae,
     discounted_returns,

@@ -17,7 +17,7 @@ import torch
 from conftest import loss_config
 
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
-from ragen_rllib.learner.loss_terms import policy_loss
+from ragen_rllib.learner.policy_losses import policy_loss
 from ragen_rllib.maths.off_policy import correction_weights, mismatch_stats, mismatch_sums
 
 F64 = torch.float64
@@ -393,6 +393,7 @@ def test_a_token_of_probability_zero_keeps_every_loss_finite(kind):
         batch["advantages"],
         mask,
         kind=kind,
+        options={"cap": 5.0} if kind == "cispo" else None,
         clip_low=0.2,
         clip_high=0.28,
         dual_clip=3.0,
@@ -403,3 +404,54 @@ def test_a_token_of_probability_zero_keeps_every_loss_finite(kind):
     assert logp.grad[b, t] == 0
     assert logp.grad[mask > 0].abs().sum() > 0
     assert all(torch.isfinite(v) for v in stats.values())
+
+
+def test_a_new_policy_loss_is_one_registered_function():
+    """Adding a loss: one function registered with the knobs it reads. The config then
+    accepts its name (and names it among the allowed values), and the learner's loss
+    computes it with no other change: here plain REINFORCE with an importance weight,
+    l = -A r, with an option of its own read from an existing knob."""
+    from ragen_rllib.learner.policy_losses import (
+        POLICY_LOSSES,
+        LossTerms,
+        register_policy_loss,
+    )
+
+    @register_policy_loss(
+        "scaled_is_pg", "-A r, scaled", clip_knobs=None, option_knobs={"scale": "vf_clip"},
+        uses_dual_clip=False,
+    )  # fmt: skip
+    def scaled_is_pg(x):
+        none = torch.zeros_like(x.mask)
+        return LossTerms(-x.options["scale"] * x.advantages * x.ratio, none, none)
+
+    try:
+        cfg = config(policy_loss="scaled_is_pg", vf_clip=0.5)
+        batch, fwd = random_batch(1)
+        loss, logs = starpo_loss(cfg, batch, fwd, Denominators.of(batch["response_mask"]))
+        mask = batch["response_mask"]
+        expected = sum(
+            -0.5 * float(batch["advantages"][b, t])
+            * math.exp(float(fwd["logp"].detach()[b, t] - batch["behaviour_logp"][b, t]))
+            for b, t in cells(mask)
+        ) / len(cells(mask))  # fmt: skip
+        assert float(loss.detach()) == pytest.approx(expected, rel=1e-9)
+        assert float(logs["clip_frac"]) == 0.0
+        from conftest import tiny_config
+
+        assert tiny_config(policy_loss="scaled_is_pg").policy_loss == "scaled_is_pg"
+    finally:
+        del POLICY_LOSSES["scaled_is_pg"]
+    with pytest.raises(ValueError, match=r"policy_loss.*\['ppo', 'gspo', 'cispo'\]"):
+        from conftest import tiny_config
+
+        tiny_config(policy_loss="scaled_is_pg").validate()
+
+
+def test_a_policy_loss_is_given_exactly_its_options():
+    batch, fwd = random_batch(2)
+    args = (fwd["logp"], batch["behaviour_logp"], batch["advantages"], batch["response_mask"])
+    with pytest.raises(ValueError, match=r"'cispo' takes the options \['cap'\]"):
+        policy_loss(*args, kind="cispo")
+    with pytest.raises(ValueError, match=r"'ppo' takes the options \[\]"):
+        policy_loss(*args, kind="ppo", options={"cap": 2.0})

@@ -1,11 +1,13 @@
 """StarPO's loss for one micro-batch: its share of the minibatch's loss on all learners.
 
-The loss of a minibatch is the policy loss (``policy_loss``: PPO's clipped
-surrogate with asymmetric and dual clip, GSPO or CISPO; ``loss_agg``; with
+The loss of a minibatch is the policy loss (``policy_loss``, a row of
+:mod:`~ragen_rllib.learner.policy_losses`: PPO's clipped surrogate with asymmetric
+and dual clip, GSPO or CISPO; ``loss_agg``; with
 ``rollout_correction``, its ratio taken against the proximal log-probs and each
 token weighted by the truncated or masked importance weight of
 :mod:`ragen_rllib.maths.off_policy`), minus ``entropy_coeff`` times the
-token-mean entropy, plus ``kl_coeff`` times the token-mean KL to the reference model, plus
+token-mean entropy, plus ``kl_coeff`` times the token-mean KL to the reference model
+(``kl_estimator``, a row of :mod:`~ragen_rllib.learner.kl_estimators`), plus
 ``vf_loss_coeff`` times the clipped value loss (with a critic).
 
 A minibatch may be split into micro-batches (memory) and between learners
@@ -30,7 +32,9 @@ from ragen_rllib.distributed.collectives import (
     maximum_over_learners,
     summed_over_learners,
 )
-from ragen_rllib.learner.loss_terms import aggregate_loss, kl_penalty, policy_loss, value_loss
+from ragen_rllib.learner.kl_estimators import kl_penalty
+from ragen_rllib.learner.loss_terms import aggregate_loss, value_loss
+from ragen_rllib.learner.policy_losses import policy_loss, policy_loss_row
 from ragen_rllib.maths import off_policy
 
 #: Logged terms that are a micro-batch's share of the minibatch's value: summed over
@@ -96,11 +100,9 @@ def starpo_loss(
             level=config.rollout_correction_level,
             cap=config.rollout_correction_cap,
         )
-    clip_low, clip_high, cap = config.clip_low, config.clip_high, {}
-    if config.policy_loss == "gspo":
-        clip_low, clip_high = config.gspo_clip_low, config.gspo_clip_high
-    elif config.policy_loss == "cispo":
-        cap = {"cispo_cap": config.cispo_weight_cap}
+    row = policy_loss_row(config.policy_loss)  # the row names the knobs it reads
+    clip_low, clip_high = (getattr(config, k) for k in row.clip_knobs or ("clip_low", "clip_high"))
+    options = {name: getattr(config, key) for name, key in row.option_knobs.items()}
     pg_loss, stats = policy_loss(
         logp_new,
         old_logp,
@@ -114,7 +116,7 @@ def starpo_loss(
         denom=denoms.sequences if seq_agg else tokens,
         norm_tokens=config.loss_norm_tokens,
         weights=weights,
-        **cap,
+        options=options,
     )
     stats.update(correction)
     entropy = aggregate_loss(fwd_out["entropy"], mask, "token-mean", denom=tokens)

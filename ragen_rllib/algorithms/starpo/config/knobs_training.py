@@ -9,8 +9,11 @@ from ragen_rllib.algorithms.starpo.config.rules import (
     custom,
     integer,
     number,
+    registry_choice,
 )
-from ragen_rllib.learner.loss_terms import KL_ESTIMATORS, LOSS_AGGS, POLICY_LOSSES
+from ragen_rllib.learner.kl_estimators import KL_ESTIMATORS
+from ragen_rllib.learner.loss_terms import LOSS_AGGS
+from ragen_rllib.learner.policy_losses import POLICY_LOSSES
 from ragen_rllib.maths.advantages import REWARD_NORM_METHODS
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import FILTER_DIRECTIONS, FILTER_METRICS, FILTER_STRATEGIES
@@ -25,9 +28,13 @@ ADVANTAGES = knobs(
     K(
         "advantage_estimator",
         "gae",
-        choice(ESTIMATORS),
-        "gae, bilevel_gae (critic); grpo, dr_grpo, rloo, reinforce_pp, "
-        "reinforce_pp_baseline, gigpo (critic-free; docs/algorithms.md)",
+        registry_choice(ESTIMATORS),
+        "the advantage estimator, a row of maths/estimators.py: "
+        + "; ".join(
+            f"{row.name}: {row.summary}{' (critic)' if row.needs_critic else ''}"
+            for row in ESTIMATORS.values()
+        )
+        + " (docs/algorithms.md)",
         cross=True,
     ),
     K(
@@ -191,9 +198,10 @@ LOSS = knobs(
     K(
         "policy_loss",
         "ppo",
-        choice(POLICY_LOSSES),
-        "ppo (clipped ratio), gspo (sequence ratio, its own clip) or cispo (clipped "
-        "stop-gradient weight; docs/algorithms.md)",
+        registry_choice(POLICY_LOSSES),
+        "the policy loss, a row of learner/policy_losses.py: "
+        + "; ".join(f"{row.name}: {row.summary}" for row in POLICY_LOSSES.values())
+        + " (docs/algorithms.md)",
         cross=True,
     ),
     K("gspo_clip_low", 3e-4, number(0, 1, low_open=True, high_open=True), "GSPO's clip below 1"),
@@ -243,8 +251,9 @@ LOSS = knobs(
     K(
         "kl_estimator",
         "k3_st",
-        choice(KL_ESTIMATORS),
-        "the KL term per token: k3_st, k2, k3 (the paper's), k1, abs",
+        registry_choice(KL_ESTIMATORS),
+        "the KL term per token, a row of learner/kl_estimators.py: "
+        + "; ".join(f"{row.name}: {row.summary}" for row in KL_ESTIMATORS.values()),
     ),
     K(
         "skip_zero_advantage_updates",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,14 +41,24 @@ class Rule:
     """
 
     test: Callable[[Any], bool]
-    allowed: str
+    #: the sentence, or a function that writes it when asked (a registry's choices)
+    sentence: str | Callable[[], str]
     kind: str = "other"
     low: float | None = None
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
     none_ok: bool = False
-    choices: tuple = ()
+    #: the allowed values of a choice, or a function that lists them when asked
+    options: tuple | Callable[[], tuple] = ()
+
+    @property
+    def allowed(self) -> str:
+        return self.sentence() if callable(self.sentence) else self.sentence
+
+    @property
+    def choices(self) -> tuple:
+        return tuple(self.options()) if callable(self.options) else tuple(self.options)
 
     def ok(self, value: Any) -> bool:
         return (self.none_ok and value is None) or self.test(value)
@@ -113,7 +123,19 @@ def choice(values, *, none_ok: bool = False, null: str = "") -> Rule:
         head + str(list(values)),
         "choice",
         none_ok=none_ok,
-        choices=values,
+        options=values,
+    )
+
+
+def registry_choice(registry: Mapping[str, Any]) -> Rule:
+    """One of a registry's names (policy losses, KL and advantage estimators), read
+    when a value is checked, so that a row registered after the knob was declared is
+    allowed and named in the error."""
+    return Rule(
+        lambda v: isinstance(v, str) and v in registry,
+        lambda: "allowed values are " + str(list(registry)),
+        "choice",
+        options=lambda: tuple(registry),
     )
 
 
