@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,44 @@ def frozenlake_gae_config(**overrides: Any):
     return tiny_config(**{**base, **overrides})
 
 
+def walk_with(env: Any, answer_of: Callable[[Any], str], seeds: int = 8) -> int:
+    """Play ``env`` from ``seeds`` seeds, each step answering ``answer_of(env)``, and
+    assert that every answer is well formed and valid in the state it meets; returns
+    the number of turns played (at most 200)."""
+    turns = 0
+    for seed in range(seeds):
+        env.reset(seed=seed)
+        done = False
+        while not done and turns < 200:
+            text = answer_of(env)
+            obs, _, terminated, truncated, info = env.step(text)
+            assert info["format_ok"] and info["action_is_valid"], (text, obs)
+            done, turns = terminated or truncated, turns + 1
+    return turns
+
+
+def learner_batch(config: Any, module: Any, trajectories: list) -> dict[str, Any]:
+    """``trajectories`` through the learner connector of ``config`` for ``module``: the
+    default policy's token batch, as a learner receives it."""
+    from ragen_rllib.connectors.learner import build_learner_pipeline
+
+    pipeline = build_learner_pipeline(config)
+    return pipeline(rl_module={"default_policy": module}, batch={}, episodes=trajectories)[
+        "default_policy"
+    ]
+
+
+def built_learner(config: Any, spaces: Any, seed: int = 0):
+    """A StarPO learner of ``config`` on ``spaces``, built, its value head's
+    initialisation seeded by ``seed`` (the same weights for every learner of a test)."""
+    import torch
+
+    torch.manual_seed(seed)
+    learner = config.build_learner(spaces=spaces)
+    learner.build()
+    return learner
+
+
 def learner_logp_gap(config: Any, trajectories: list, module: Any = None):
     """The learner's side of token-in, token-out: ``trajectories`` through the learner
     pipeline and a fresh RL module's (or ``module``'s) forward pass. Returns the max
@@ -103,16 +141,13 @@ def learner_logp_gap(config: Any, trajectories: list, module: Any = None):
     batch; the count is checked against the trajectories' own."""
     import torch
 
-    from ragen_rllib.connectors.learner import build_learner_pipeline
     from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
     if module is None:
         module = LLMRLModule(
             observation_space=None, action_space=None, model_config=config.llm_module_config()
         )
-    batch = build_learner_pipeline(config)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajectories
-    )["default_policy"]
+    batch = learner_batch(config, module, trajectories)
     with torch.no_grad():
         out = module.forward_train(batch)
     mask = batch["response_mask"] > 0

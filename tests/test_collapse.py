@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from conftest import built_learner
 
 from ragen_rllib.maths.collapse import (
     EarlyWarning,
@@ -304,8 +305,7 @@ def test_pair_loglik_scores_every_reasoning_after_every_prompt():
     assert prompts[3] == second.segments[seg].input_ids[:start]
     assert turn_pairs(trajs, 2, think_end)[0] == prompts[:2]
     assert all(z[-1] == think_end for z in reasonings if think_end in z)
-    learner = cfg.build_learner(spaces=runner.get_spaces())
-    learner.build()
+    learner = built_learner(cfg, runner.get_spaces())
     matrix = learner.pair_loglik(prompts, reasonings)
     model = AutoModelForCausalLM.from_pretrained(runner._model_path).eval()
     for i, prompt in enumerate(prompts):

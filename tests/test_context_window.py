@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import learner_logp_gap, tiny_config
+from conftest import learner_batch, learner_logp_gap, tiny_config
 
 from ragen_rllib.chat.prompts import render_turn, with_instructions
 from ragen_rllib.connectors.learner import build_learner_pipeline
@@ -115,9 +115,7 @@ def test_gae_is_the_same_for_one_sequence_and_for_a_covering_window(full_and_wid
         module = LLMRLModule(
             observation_space=None, action_space=None, model_config=cfg.llm_module_config()
         )
-        batch = build_learner_pipeline(cfg)(
-            rl_module={"default_policy": module}, batch={}, episodes=trajs
-        )["default_policy"]
+        batch = learner_batch(cfg, module, trajs)
         mask = batch["response_mask"] > 0
         per_traj = []
         for b in range(len(trajs)):

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import private_env, run_script, tiny_config
+from conftest import learner_batch, private_env, run_script, tiny_config
 
 from ragen_rllib.algorithms.starpo.checkpoint import CorruptCheckpointError
 from ragen_rllib.algorithms.starpo.export import export_module, load_module
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.rl_module.scoring import response_logprobs
 
@@ -76,9 +75,7 @@ def test_the_export_loads_with_transformers_and_scores_as_the_checkpoint(checkpo
     cfg = tiny_config(llm="builtin", **RUNS[run])
     trajs = LLMEnvRunner(config=cfg, worker_index=0).sample()
     fresh = load_module(paths[run])  # export merged the adapters of `module` in place
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": fresh}, batch={}, episodes=trajs
-    )["default_policy"]
+    batch = learner_batch(cfg, fresh, trajs)
     mask = batch["response_mask"] > 0
     ours = logprobs_of(fresh, batch)
     theirs = logprobs_of(model, batch, cfg.temperature)
@@ -97,9 +94,7 @@ def test_the_critic_is_written_beside_it_on_request(checkpoints):
     module = load_module(paths["lora"])
     cfg = tiny_config(llm="builtin", **RUNS["lora"])
     trajs = LLMEnvRunner(config=cfg, worker_index=0).sample()
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
+    batch = learner_batch(cfg, module, trajs)
     with torch.no_grad():
         values = module.compute_values(batch)
     files = export_module(module, tmp / "with-critic", with_critic=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import first_adamw_step_bound, frozenlake_gae_config
+from conftest import built_learner, first_adamw_step_bound, frozenlake_gae_config, learner_batch
 
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
@@ -122,9 +122,7 @@ def test_response_logprobs_equal_the_full_logits_path(trajectories):
     module = LLMRLModule(
         observation_space=None, action_space=None, model_config=cfg.llm_module_config()
     )
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
+    batch = learner_batch(cfg, module, trajs)
     with torch.no_grad():
         out = module.forward_train(batch)
         logits = module.actor(
@@ -140,9 +138,7 @@ def test_response_logprobs_equal_the_full_logits_path(trajectories):
 # ----- the learner: micro-batches give the same step --------------------------------
 def _one_update(trajs, spaces, **overrides):
     cfg = config(**overrides)
-    torch.manual_seed(0)  # the value head's initialisation
-    learner = cfg.build_learner(spaces=spaces)
-    learner.build()
+    learner = built_learner(cfg, spaces)
     learner.update(episodes=trajs, minibatch_size=len(trajs), num_epochs=1)
     module = learner.module["default_policy"]
     params = {k: v.detach().clone() for k, v in module.named_parameters()}
@@ -155,13 +151,9 @@ def _independent_gradients(trajs, spaces, **overrides):
     definition (token-mean clipped surrogate with dual clip, entropy bonus, clipped
     value loss) on a fresh module with the learner's initial weights."""
     cfg = config(**overrides)
-    torch.manual_seed(0)
-    learner = cfg.build_learner(spaces=spaces)
-    learner.build()
+    learner = built_learner(cfg, spaces)
     module = learner.module["default_policy"]
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
+    batch = learner_batch(cfg, module, trajs)
     out = module.forward_train(batch)
     mask = batch["response_mask"] > 0
     n = mask.sum()
@@ -239,9 +231,7 @@ def test_shared_prefixes_give_the_plain_paths_logprobs_values_and_gradients(
         observation_space=None, action_space=None, model_config=cfg.llm_module_config()
     )
     assert module.shares_prefixes
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
+    batch = learner_batch(cfg, module, trajs)
     batch = {k: torch.as_tensor(v) for k, v in batch.items()}
     packed = Packed.from_rows(batch["input_ids"], batch["attention_mask"], True)
     total = int(batch["attention_mask"].sum())

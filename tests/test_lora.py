@@ -7,9 +7,8 @@ import copy
 
 import pytest
 import torch
-from conftest import run_script, tiny_config, tiny_dict
+from conftest import learner_batch, run_script, tiny_config, tiny_dict
 
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.models.lora import AdapterMerger, LoraSettings
 from ragen_rllib.models.resolve import resolve_model
@@ -78,9 +77,7 @@ def test_the_rollout_engine_samples_with_the_merged_weights(module):
     runner.set_state({"rl_module": module.get_state(inference_only=True), "weights_seq_no": 3})
     assert runner.engine.policy_version == 3
     trajs = runner.sample()
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
+    batch = learner_batch(cfg, module, trajs)
     batch = {k: torch.as_tensor(v) for k, v in batch.items()}
     with torch.no_grad():
         logp = response_logprobs(module.lm, batch, cfg.temperature)["logp"]

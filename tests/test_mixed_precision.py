@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import frozenlake_gae_config, run_script
+from conftest import built_learner, frozenlake_gae_config, run_script
 
 from ragen_rllib.distributed.wire import from_wire, to_wire
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
@@ -25,10 +25,7 @@ def sampled():
 
 
 def _learner(spaces, **overrides):
-    torch.manual_seed(0)  # the value head's initialisation
-    learner = config(**overrides).build_learner(spaces=spaces)
-    learner.build()
-    return learner
+    return built_learner(config(**overrides), spaces)
 
 
 def _watch_dtypes(net: torch.nn.Module, seen: dict[str, set], name: str):

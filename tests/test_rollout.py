@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import learner_logp_gap, tiny_config
+from conftest import learner_batch, learner_logp_gap, tiny_config
 
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.engines.base import Generation
@@ -151,9 +151,7 @@ def test_observation_tokens_carry_no_loss_or_gradient(runner):
     module = LLMRLModule(
         observation_space=None, action_space=None, model_config=cfg.llm_module_config()
     )
-    batch = build_learner_pipeline(cfg)(
-        rl_module={"default_policy": module}, batch={}, episodes=trajs
-    )["default_policy"]
+    batch = learner_batch(cfg, module, trajs)
     learner = StarPOTorchLearner.__new__(StarPOTorchLearner)  # only the loss is exercised
 
     class _Metrics:

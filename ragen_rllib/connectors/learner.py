@@ -36,6 +36,7 @@ from ragen_rllib.maths import advantages as adv
 from ragen_rllib.maths import off_policy
 from ragen_rllib.maths.batching import fill_plan, from_stream, microbatches, take_rows, to_stream
 from ragen_rllib.maths.estimators import ESTIMATORS, StreamBatch
+from ragen_rllib.records.metrics import learner_log
 from ragen_rllib.records.trajectory import Trajectory
 
 #: Per-trajectory columns: read by ComputeAdvantages and removed there, so that every
@@ -209,7 +210,7 @@ class RecomputeLogProbs(ConnectorV2):
                 torch.from_numpy(token_lag),
             )
             for key, value in gap_over_learners(sums, device).items():
-                metrics.log_value((DEFAULT_MODULE_ID, key), value, window=1)
+                learner_log(metrics, DEFAULT_MODULE_ID, key, value)
         return batch
 
 

@@ -18,6 +18,7 @@ import torch
 
 from ragen_rllib.distributed.collectives import full
 from ragen_rllib.distributed.fsdp import shard_module, sharded_units
+from ragen_rllib.records.metrics import learner_log
 from ragen_rllib.rl_module.scoring import response_logprobs
 
 
@@ -58,8 +59,8 @@ class FSDPLearnerMixin:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             if config.grad_clip and grads:
                 norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-                self.metrics.log_value(
-                    (module_id, f"gradients_{name}_global_norm"), full(norm).item(), window=1
+                learner_log(
+                    self.metrics, module_id, f"gradients_{name}_global_norm", full(norm).item()
                 )
         return module_gradients_dict
 

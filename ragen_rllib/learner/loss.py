@@ -36,10 +36,7 @@ from ragen_rllib.learner.kl_estimators import kl_penalty
 from ragen_rllib.learner.loss_terms import aggregate_loss, value_loss
 from ragen_rllib.learner.policy_losses import policy_loss, policy_loss_row
 from ragen_rllib.maths import off_policy
-
-#: Logged terms that are a micro-batch's share of the minibatch's value: summed over
-#: micro-batches, and over learners (see :func:`starpo_loss`). Maxima are maxima.
-MAXIMA = ("ratio_max", "is_weight_max")
+from ragen_rllib.records.metrics import learner_metric
 
 
 @dataclass(frozen=True)
@@ -125,7 +122,8 @@ def starpo_loss(
     share = micro_tokens / tokens  # this micro-batch's share of the minibatch's tokens
     logs = {"policy_loss": pg_loss, "entropy": entropy, "response_tokens": micro_tokens}
     for key, value in stats.items():  # micro-batch averages over its tokens
-        logs[key] = value if key in MAXIMA else value * share
+        shared = learner_metric(key).over_microbatches == "share"
+        logs[key] = value * share if shared else value
     if config.kl_coeff > 0:
         assert reference_logp is not None, "kl_coeff > 0 needs the reference log-probs"
         kl_tok = kl_penalty(logp_new, reference_logp(), kind=config.kl_estimator)
@@ -148,17 +146,26 @@ def starpo_loss(
 
 
 def minibatch_logs(parts: list[dict[str, torch.Tensor]], world: int) -> dict[str, torch.Tensor]:
-    """One learner's logged values for a minibatch from its micro-batches' terms.
+    """One learner's logged values for a minibatch from its micro-batches' terms, each
+    reduced as its declaration says (:mod:`ragen_rllib.records.metrics`).
 
     Shares are summed over the micro-batches and multiplied by the number of
-    learners: RLlib averages what the learners log, and the average of
-    ``world`` times each learner's share is the sum of the shares, the whole
-    minibatch's value. ``response_tokens`` becomes the minibatch's total the same
-    way. Maxima are the learner's maximum (their average over learners is logged)."""
+    learners: RLlib averages what the learners log, and the average of ``world``
+    times each learner's share is the sum of the shares, the whole minibatch's value.
+    ``response_tokens`` becomes the minibatch's total the same way. Maxima and minima
+    are taken over the micro-batches that hold a response token (an empty one
+    contributes nothing; a learner with none logs nothing for them), and RLlib
+    reduces them over learners as maxima and minima."""
     out: dict[str, torch.Tensor] = {}
-    for key in {k for p in parts for k in p}:
+    for key in sorted({k for p in parts for k in p}):
+        reduce = learner_metric(key).over_microbatches
+        if reduce in ("max", "min"):
+            held = [p[key].float() for p in parts if key in p and float(p["response_tokens"]) > 0]
+            if held:
+                out[key] = torch.stack(held).amax() if reduce == "max" else torch.stack(held).amin()
+            continue
         values = torch.stack([p[key].float() for p in parts if key in p])
-        out[key] = values.max() if key in MAXIMA else values.sum() * world
+        out[key] = values.sum() * world
     return out
 
 

@@ -31,6 +31,7 @@ from ragen_rllib.learner.loss import Denominators, gap_over_learners, minibatch_
 from ragen_rllib.learner.minibatches import TrajectoryMinibatches
 from ragen_rllib.maths import off_policy
 from ragen_rllib.maths.batching import fill_plan, microbatches, num_minibatches, take_rows
+from ragen_rllib.records.metrics import learner_log
 from ragen_rllib.rl_module.scoring import response_logprobs
 
 logger = logging.getLogger(__name__)
@@ -303,11 +304,11 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
             self._log_gap(batch, gap_sums)
         for mid in batch:  # every update, so every iteration's result holds them
             for key, value in minibatch_logs(parts[mid], denoms[mid].world).items():
-                self.metrics.log_value((mid, key), value, window=1)
-            self.metrics.log_value((mid, "blank_passes"), blanks, window=1)
+                learner_log(self.metrics, mid, key, value)
+            learner_log(self.metrics, mid, "blank_passes", blanks)
             trainable, total_params = self._parameter_counts(mid)
-            self.metrics.log_value((mid, "trainable_parameters"), trainable, window=1)
-            self.metrics.log_value((mid, "total_parameters"), total_params, window=1)
+            learner_log(self.metrics, mid, "trainable_parameters", trainable)
+            learner_log(self.metrics, mid, "total_parameters", total_params)
         gradients = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
         with contextlib.ExitStack() as stack:
             if ddp:
@@ -325,7 +326,7 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
                 continue  # the connector logged the whole batch's
             merged = off_policy.merged_sums(sums[mid])
             for key, value in gap_over_learners(merged, self._device).items():
-                self.metrics.log_value((mid, key), value, window=1)
+                learner_log(self.metrics, mid, key, value)
 
     def _no_sync(self, stack: contextlib.ExitStack) -> None:
         """DDP: no gradient all-reduce inside ``stack``."""
@@ -341,7 +342,7 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
         norm = torch.linalg.vector_norm(norms)  # the global norm: inf or NaN if any part is
         finite = loss_finite and bool(torch.isfinite(norm))
         for module_id in self.module.keys():
-            self.metrics.log_value((module_id, "skipped_nonfinite"), int(not finite), reduce="sum")
+            learner_log(self.metrics, module_id, "skipped_nonfinite", int(not finite))
         if finite:
             self._nonfinite_in_a_row = 0
             self.apply_gradients(gradients_dict)
