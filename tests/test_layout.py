@@ -35,7 +35,7 @@ FOLDER_IMPORTS: dict[str, set[str]] = {
     "engines": {"console", "maths", "models", "planning"},
     "agents": {"chat", "engines", "records"},
     "rl_module": {"console", "distributed", "maths", "models"},
-    "learner": {"console", "distributed", "maths", "rl_module"},
+    "learner": {"console", "distributed", "maths", "records", "rl_module"},
     "connectors": {"distributed", "learner", "maths", "records"},
     "env_runner": {
         "agents",
