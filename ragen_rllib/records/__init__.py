@@ -1,3 +1,4 @@
-"""Records that cross from the rollout side to the learner side: the trajectory, one
-multi-turn episode as tokens. Imports nothing of the project, so the env runner, the
-connectors, the learner and the algorithm all import it from below."""
+"""What a run records, declared below every role that writes or reads it: the
+trajectory, one multi-turn episode as tokens (the env runner writes it; the
+connectors, the learner and the algorithm read it), and the metric declarations
+(each metric's definition and reductions). Imports nothing of the project."""
