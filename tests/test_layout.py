@@ -231,6 +231,34 @@ def folder_table() -> str:
     return "\n".join(lines)
 
 
+TREE_START, TREE_END = "<!-- file-tree -->", "<!-- /file-tree -->"
+
+
+def file_tree() -> str:
+    """Every package file, one line each (its docstring's first line), folder by
+    folder from the top floor down, as docs/architecture.md holds it."""
+    level = floors()
+    by_folder: dict[str, list[str]] = {}
+    for name, path in sorted(MODULES.items()):
+        rel = path.relative_to(ROOT).as_posix()
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        first = " ".join(doc.split("\n\n", 1)[0].split())
+        first = first if len(first) <= 110 else first[:107].rsplit(" ", 1)[0] + " ..."
+        by_folder.setdefault(folder_of(name), []).append(f"{rel:<44} {first}")
+    out = ["```"]
+    for folder in sorted(by_folder, key=lambda f: (-level.get(f, 0), f)):
+        out += by_folder[folder]
+    out.append("```")
+    return "\n".join(out)
+
+
+def test_the_architecture_docs_file_tree_is_the_package():
+    """Regenerate with ``python tests/test_layout.py``."""
+    doc = (ROOT.parent / "docs" / "architecture.md").read_text()
+    held = doc.split(TREE_START, 1)[1].split(TREE_END, 1)[0].strip()
+    assert held == file_tree(), "run: python tests/test_layout.py"
+
+
 def test_the_architecture_docs_folder_table_is_folder_imports():
     """Regenerate with ``python tests/test_layout.py`` after changing the table."""
     doc = (ROOT.parent / "docs" / "architecture.md").read_text()
@@ -400,10 +428,13 @@ def test_the_readmes_layout_table_is_the_package():
     assert len(readme.encode()) <= 12 * 1024, "the README is for one sitting: 12 KB at most"
 
 
-if __name__ == "__main__":  # rewrite docs/architecture.md's folder table
+def _rewrite(text: str, start: str, end: str, block: str) -> str:
+    head, rest = text.split(start, 1)
+    return f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
+
+
+if __name__ == "__main__":  # rewrite docs/architecture.md's folder table and file tree
     path = ROOT.parent / "docs" / "architecture.md"
-    head, rest = path.read_text().split(FLOORS_START, 1)
-    path.write_text(
-        f"{head}{FLOORS_START}\n{folder_table()}\n{FLOORS_END}{rest.split(FLOORS_END, 1)[1]}"
-    )
-    print(f"wrote the folder table of {path}")
+    text = _rewrite(path.read_text(), FLOORS_START, FLOORS_END, folder_table())
+    path.write_text(_rewrite(text, TREE_START, TREE_END, file_tree()))
+    print(f"wrote the folder table and the file tree of {path}")
