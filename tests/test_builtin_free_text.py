@@ -14,12 +14,9 @@ import pytest
 from conftest import walk_with
 
 import ragen_envs
-from ragen_envs import AnswerEnv
 from ragen_rllib.models.spec import BuiltinSpec
 from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
 from ragen_rllib.models.transcripts import FILLER_WORDS, TranscriptCorpus, random_answer
-
-FREE_TEXT = [i for i in ragen_envs.ENV_IDS if isinstance(gym.make(i).unwrapped, AnswerEnv)]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +25,6 @@ def tokenizer():
 
 
 def test_every_env_is_in_the_pretraining_set():
-    assert len(FREE_TEXT) >= 6  # the registry was read: free-text envs are in it
     assert set(ragen_envs.ENV_IDS) == set(ragen_envs.BUILTIN_MODEL_ENV_IDS)
 
 

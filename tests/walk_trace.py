@@ -43,7 +43,9 @@ CONFIG = {
 
 def trace() -> list[tuple[str, str]]:
     """(file, function) of each project file in the order one iteration first enters
-    it, from the first env ``reset`` on; files as ``ragen_rllib/...`` or ``envs/...``."""
+    it, from the first env ``reset`` on; files as ``ragen_rllib/...`` or ``envs/...``.
+    On the CPU on every machine (a GPU would take other paths through the runtime)."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import ray
 
     import ragen_envs

@@ -260,7 +260,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         split: str = "train",
     ) -> list[Trajectory]:
         """Play one trajectory per seed, all turns batched through the engine (with
-        ``agent`` set, the agent plays each on a task of ``split``: agents.py).
+        ``agent`` set, the agent plays each on a task of ``split``: agents/programs.py).
 
         With ``context_window: null`` a trajectory's prompt is its whole history,
         one growing token sequence (one segment). With ``context_window: k`` the
@@ -277,7 +277,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         (:mod:`ragen_rllib.env_choice.env_mix`) with its turn limit and prompt style.
         """
         cfg = self.config
-        if cfg.agent is not None:  # an agent program plays each trajectory (agents.py)
+        if cfg.agent is not None:  # an agent program plays each trajectory (agents/)
             self._agents = self._agents or AgentRollouts(cfg, self.engine, self.tokenizer)
             log = (self.metrics, self._log_sampling) if log_metrics else None
             return self._agents.run(seeds, groups, params, split, sample_seed, log)

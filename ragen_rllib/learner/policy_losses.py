@@ -71,12 +71,6 @@ class PolicyLoss:
     #: (or, under rollout correction, the proximal) for the ratio
     needs: frozenset[str] = frozenset({"old_logp"})
 
-    def knobs(self) -> tuple[str, ...]:
-        """Every config key the row reads."""
-        clip = self.clip_knobs or ()
-        dual = ("dual_clip",) if self.uses_dual_clip else ()
-        return (*clip, *dual, *self.option_knobs.values())
-
 
 #: name -> row, in the order they were registered (the docs' order).
 POLICY_LOSSES: dict[str, PolicyLoss] = {}

@@ -15,7 +15,7 @@ Reductions:
   contributes nothing), or ``once`` (logged once per update, not per micro-batch);
 * over learners: ``mean`` (every learner logs the same value, or each its share
   times the number of learners, whose mean is the whole minibatch's value), ``max``
-  or ``min``, or ``sum`` (a count kept over the run).
+  or ``min``, or ``sum`` (a count of the iteration, added up over learners).
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ _LEARNER_ROWS = (
     ("blank_passes", "passes run without rows to keep DDP/FSDP in step", "passes", "once"),
     ("trainable_parameters", "parameters the optimizer updates", "", "once"),
     ("total_parameters", "parameters of the module", "", "once"),
-    ("skipped_nonfinite", "updates skipped for a non-finite loss or gradient norm, over "
-     "the run", "updates", "once", "sum"),
+    ("skipped_nonfinite", "updates skipped in the iteration for a non-finite loss or "
+     "gradient norm, summed over learners", "updates", "once", "sum"),
     ("gradients_actor_global_norm", "the actor's global gradient norm before clipping",
      "", "once"),
     ("gradients_critic_global_norm", "the critic's global gradient norm before clipping",
@@ -95,8 +95,8 @@ def learner_metric(name: str) -> Metric:
 
 def learner_log(metrics_logger, module_id: str, name: str, value) -> None:
     """Log a learner metric under ``(module_id, name)`` with its declared reduction
-    over learners: a sum adds up over the run, anything else is the update's value
-    (window 1) merged over learners by its reduction."""
+    over learners: a sum adds up the iteration's values, anything else is the latest
+    update's value (window 1), merged over learners by its reduction."""
     metric = learner_metric(name)
     if metric.over_learners == "sum":
         metrics_logger.log_value((module_id, name), value, reduce="sum")

@@ -187,7 +187,7 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         return trajs
 
     def _fill_with_spread(self, kept: list[Trajectory], times: StepTimes) -> list[Trajectory]:
-        """DAPO's dynamic sampling: the kept groups whose rewards differ, topped up from
+        """DAPO's dynamic sampling: the kept groups with spread, topped up from
         up to ``dynamic_sampling_max_calls`` more sampling calls (each through the
         whole sample-batch stage, filter included; its metrics are the first call's)
         until ``dynamic_sampling_groups`` such groups are held; the first that many
@@ -211,6 +211,15 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
             groups += more_groups
             nonfinite += more_nonfinite
         held = len(groups)
+        if not held and cfg.dynamic_sampling_spread == "success":
+            logger.warning(
+                "iteration %d: dynamic sampling kept no group: in %d sampling calls no "
+                "group had both successes and failures (an env without info['success'] "
+                "counts a positive reward as success); with graded rewards set "
+                "dynamic_sampling_spread: reward",
+                self.iteration + 1,
+                calls + 1,
+            )
         self.metrics.log_dict(
             {"extra_calls": calls, "groups_with_spread": held,
              "nonfinite_groups": nonfinite,
