@@ -16,13 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import (
-    learner_logp_gap,
-    private_env,
-    run_script,
-    tiny_config,
-    tiny_dict,
-)
+from conftest import learner_logp_gap, private_env, run_script, tiny_config, tiny_dict
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ragen_rllib.engines.base import SamplingParams
@@ -223,12 +217,14 @@ with torch.no_grad():
 LORA_SCRIPT = (
     ADAPTED_MODULE
     + """
+from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 runner = LLMEnvRunner(config=cfg, worker_index=0)
 sent = module.actor_weights()
 runner.set_state({"rl_module": sent, "weights_seq_no": 1})
 trajs = runner.sample()
-batch = learner_batch(cfg, module, trajs)
+batch = build_learner_pipeline(cfg)(rl_module={"default_policy": module}, batch={},
+                                    episodes=trajs)["default_policy"]
 with torch.no_grad():
     out = module.forward_train({k: torch.as_tensor(v) for k, v in batch.items()})
 mask = torch.as_tensor(batch["response_mask"]) > 0
