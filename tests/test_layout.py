@@ -114,18 +114,20 @@ def imports_of(name: str) -> set[str]:
 GRAPH = {name: imports_of(name) for name in MODULES}
 
 
+def absolute_imports(path: Path) -> list[str]:
+    """The modules a file names in its absolute imports, at the top or in a function."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+    return names
+
+
 def imports_env_package(name: str) -> bool:
     """Whether module ``name`` imports the env package (``ragen_envs``) anywhere."""
-    for node in ast.walk(ast.parse(MODULES[name].read_text())):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and not node.level:
-            targets = [node.module or ""]
-        else:
-            continue
-        if any(t.split(".")[0] == "ragen_envs" for t in targets):
-            return True
-    return False
+    return any(t.split(".")[0] == "ragen_envs" for t in absolute_imports(MODULES[name]))
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -269,15 +271,8 @@ def test_the_architecture_docs_folder_table_is_folder_imports():
 def test_the_env_package_imports_nothing_of_ragen_rllib():
     envs = ROOT.parent / "envs"
     for path in envs.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
-            else:
-                continue
-            bad = [n for n in names if n.split(".")[0] == "ragen_rllib"]
-            assert not bad, (path.relative_to(envs).as_posix(), bad)
+        bad = [n for n in absolute_imports(path) if n.split(".")[0] == "ragen_rllib"]
+        assert not bad, (path.relative_to(envs).as_posix(), bad)
 
 
 def test_the_trajectory_records_old_path_still_unpickles():

@@ -323,6 +323,10 @@ def test_the_plain_ppo_path_is_unchanged_by_the_menu():
     assert loss.item() == direct.item()
 
 
+#: GSPO's sequence loss exactly: one advantage per row, the mean over each row's tokens.
+GSPO_SEQUENCE = {"kind": "gspo", "dual_clip": None, "agg": "seq-mean-token-mean"}
+
+
 def test_gspo_bounds_the_sequence_log_ratio_after_the_mean_not_each_token():
     """One token far past the bound among small negative ones: the row's mean
     log-ratio is small, so the row keeps its gradient, as in GSPO's own form (a
@@ -333,17 +337,7 @@ def test_gspo_bounds_the_sequence_log_ratio_after_the_mean_not_each_token():
     logp.requires_grad_(True)
     mask = torch.ones(1, 100, dtype=F64)
     adv = -torch.ones(1, 100, dtype=F64)
-    loss, _ = policy_loss(
-        logp,
-        old,
-        adv,
-        mask,
-        kind="gspo",
-        clip_low=3e-4,
-        clip_high=4e-4,
-        dual_clip=None,
-        agg="seq-mean-token-mean",
-    )
+    loss, _ = policy_loss(logp, old, adv, mask, clip_low=3e-4, clip_high=4e-4, **GSPO_SEQUENCE)
     loss.backward()
     s = math.exp(0.0005)
     assert float(loss.detach()) == pytest.approx(s, rel=1e-9)
@@ -356,17 +350,7 @@ def test_gspo_row_past_the_bound_gets_the_bounds_value_and_no_gradient():
     logp = torch.tensor([[30.0, 30.0, 30.0, 30.0], [0.01, 0.02, -0.01, 0.0]], dtype=F64)
     logp.requires_grad_(True)
     mask, adv = torch.ones(2, 4, dtype=F64), -torch.ones(2, 4, dtype=F64)
-    loss, _ = policy_loss(
-        logp,
-        old,
-        adv,
-        mask,
-        kind="gspo",
-        clip_low=0.2,
-        clip_high=0.2,
-        dual_clip=None,
-        agg="seq-mean-token-mean",
-    )
+    loss, _ = policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, **GSPO_SEQUENCE)
     loss.backward()
     assert math.isfinite(float(loss.detach()))
     assert float(loss.detach()) == pytest.approx((math.exp(20.0) + math.exp(0.005)) / 2, rel=1e-9)
