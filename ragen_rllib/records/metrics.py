@@ -31,12 +31,7 @@ class Metric:
     definition: str
     unit: str
     over_microbatches: str = "share"
-    over_learners: str = "mean"
-
-    @property
-    def rllib_reduce(self) -> str:
-        """RLlib's reduce for this metric, which its merge over learners applies."""
-        return self.over_learners
+    over_learners: str = "mean"  # also the reduce RLlib merges the learners by
 
 
 #: The learners' metrics, logged under ``learners/<module id>/`` every update.
@@ -101,7 +96,7 @@ def learner_log(metrics_logger, module_id: str, name: str, value) -> None:
     if metric.over_learners == "sum":
         metrics_logger.log_value((module_id, name), value, reduce="sum")
     else:
-        metrics_logger.log_value((module_id, name), value, reduce=metric.rllib_reduce, window=1)
+        metrics_logger.log_value((module_id, name), value, reduce=metric.over_learners, window=1)
 
 
 def metrics_table() -> str:
