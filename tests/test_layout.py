@@ -71,6 +71,7 @@ FOLDER_IMPORTS: dict[str, set[str]] = {
         "env_runner",
         "models",
         "planning",
+        "records",
         "root",
     },  # fmt: skip
     "ragen_envs": set(),

@@ -29,9 +29,12 @@ from typing import Any
 
 from ragen_rllib.cli.experiments import UsageError
 from ragen_rllib.cli.report_seeds import differing_keys, shown_value
+from ragen_rllib.records.metrics import declared_metric
 
 #: (title, [(label, key path in a result row)]), one panel each. A path with "*"
 #: stands for every key found there in the rows (a mixture's env, a suite and its env).
+#: Every path is a declared metric (ragen_rllib/records/metrics.py), whose unit
+#: labels the panel's axis.
 PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("success", (("train", "rollout/success_rate"), ("eval", "evaluation/success_rate"))),
     ("train success per env (env_mix)", (("", "rollout/*/success_rate"),)),
@@ -42,7 +45,7 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
                              ("kept by the filter", "filter/in_group_reward_std_after"))),
     ("entropy", (("", "learners/default_policy/entropy"),)),
     ("gradient norm (actor)", (("", "learners/default_policy/gradients_actor_global_norm"),)),
-    ("response length (tokens)", (("", "rollout/response_length_mean"),)),
+    ("response length", (("", "rollout/response_length_mean"),)),
     ("KL to behaviour (approx.)", (("", "learners/default_policy/approx_kl"),)),
     ("policy loss", (("", "learners/default_policy/policy_loss"),)),
     ("clipped share of tokens", (("all", "learners/default_policy/clip_frac"),
@@ -50,17 +53,30 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
                                  ("high", "learners/default_policy/clip_frac_high"))),
     ("KL to reference", (("", "learners/default_policy/kl_to_reference"),)),
     ("learning rate (actor)", (("", "learners/default_policy/actor_learning_rate"),)),
-    ("think length (words)", (("", "collapse/think_words_mean"),)),
+    ("think length", (("", "collapse/think_words_mean"),)),
     ("reasoning diversity", (("distinct-1", "collapse/distinct_1"),
                              ("distinct-2", "collapse/distinct_2"),
                              ("template repetition", "collapse/template_repetition"))),
-    ("MI(prompt; reasoning), nats", (("", "collapse/mi"),)),
+    ("MI(prompt; reasoning)", (("", "collapse/mi"),)),
     ("MI z-score", (("", "collapse/mi_zscore"),)),
     ("H(reasoning | prompt) per token", (("", "collapse/conditional_entropy"),)),
     ("retrieval acc@1 (vs chance)", (("acc@1", "collapse/retrieval_acc_at_1"),
                                      ("chance", "collapse/retrieval_chance"))),
 )  # fmt: skip
 ITERATION = "training_iteration"
+
+
+def axis_label(series: tuple[tuple[str, str], ...]) -> str:
+    """A panel's y-axis label: the declared unit of its metrics (the units, joined by
+    " / ", where they differ; empty for shares and unitless figures)."""
+    units = []
+    for _, path in series:
+        metric = declared_metric(path.replace("*", "x"))
+        if metric is None:
+            raise KeyError(f"panel metric {path!r} is not declared in records/metrics.py")
+        if metric.unit and metric.unit not in units:
+            units.append(metric.unit)
+    return " / ".join(units)
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # in a repr such as <function f at 0x7f...>
@@ -257,6 +273,7 @@ def plot_curves(trials: list[Path], labels: list[str], results: list[list[dict]]
                            ls=":", lw=1.2)  # fmt: skip
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("iteration", fontsize=8)
+        ax.set_ylabel(axis_label(dict(PANELS)[title]), fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
         if any(line.get_label() and not line.get_label().startswith("_")

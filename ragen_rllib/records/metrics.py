@@ -4,8 +4,12 @@ reduce over a minibatch's micro-batches and over the learners.
 One declaration serves every reader: the learner's logging (:func:`learner_log`
 and :func:`~ragen_rllib.learner.loss.minibatch_logs`), the reduction over learners
 (RLlib merges what each learner logged by the reduction declared here), and the
-generated table in ``docs/metrics.md`` (:func:`metrics_table`, kept current by the
-suite). This module declares the learners' metrics (``learners/<module id>/``).
+generated tables in ``docs/metrics.md`` (:func:`metrics_table`,
+:func:`run_metrics_tables`, kept current by the suite) and ``rllib report``'s
+panels (each panel plots declared metrics, its axis labelled with their unit).
+The learners' metrics (``learners/<module id>/``) carry their reductions; the
+driver's (:data:`RUN_METRICS`: ``rollout/``, ``filter/``, ``collapse/``, ...) are
+logged once per iteration by the driver and reduce over nothing.
 
 Reductions:
 
@@ -20,6 +24,7 @@ Reductions:
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 
 
@@ -107,3 +112,147 @@ def metrics_table() -> str:
         rows.append(f"| `{m.name}` | {m.definition} | {m.unit or '-'} | "
                     f"{m.over_microbatches} | {m.over_learners} |")  # fmt: skip
     return "\n".join(rows)
+
+
+#: The statistics of a batch of trajectories (``rollout_metrics``), logged under
+#: ``rollout/``, under ``rollout/<env>/`` for each env of a mixture, and under
+#: ``evaluation/``, ``evaluation/<env or suite>/`` and ``evaluation/<suite>/<env>/``.
+TRAJECTORY_FAMILIES = ("rollout", "rollout/*", "evaluation", "evaluation/*", "evaluation/*/*")
+_TRAJECTORY_ROWS = (
+    ("num_trajectories", "trajectories with an outcome (env errors left out)", "trajectories"),
+    ("env_errors", "trajectories ended by an env error", "trajectories"),
+    ("success_rate", "share of trajectories that succeeded", ""),
+    ("reward_mean", "mean total reward of a trajectory", ""),
+    ("batch_reward_std", "population std of the total rewards over the batch", ""),
+    ("in_group_reward_std", "mean over groups of the sample std (n - 1) of the group's "
+     "total rewards: the rollout filter's and GRPO's quantity", ""),
+    ("num_turns_mean", "mean turns per trajectory", "turns"),
+    ("response_length_mean", "mean tokens of one turn's response", "tokens"),
+    ("trajectory_tokens_mean", "mean tokens of a trajectory, prompts included", "tokens"),
+    ("env/*", "mean over turns of the env's info key (action_is_valid, "
+     "action_is_effective, format_ok, num_actions)", ""),
+    ("end/*", "share of trajectories that ended so (terminated, max_turns, truncated, "
+     "context_overflow, env_error)", ""),
+    ("groups_all_success", "share of groups whose rollouts all succeeded", ""),
+    ("groups_all_fail", "share of groups whose rollouts all failed", ""),
+    ("groups_mixed", "share of groups with both (the only ones that rank success "
+     "against failure)", ""),
+    ("groups_same_answers", "share of groups whose rollouts gave the same answers", ""),
+    ("pass@*", "evaluation: share of states solved by at least one of k tries "
+     "(unbiased estimate)", ""),
+    ("format_valid_rate", "evaluation: share of turns whose answer had the format", ""),
+)  # fmt: skip
+
+#: The driver's other metrics, one row each, by their full key.
+_RUN_ROWS = (
+    ("rollout/batch_uses", "most times a trajectory of the batch has been trained on", "uses"),
+    ("rollout/policy_lag_mean", "mean policy versions between a trajectory's sampling "
+     "and this update", "updates"),
+    ("rollout/policy_lag_max", "largest such lag in the batch", "updates"),
+    ("rollout/dropped_stale_lifetime", "trajectories dropped as too stale, so far",
+     "trajectories"),
+    ("rollout/batches_held", "batches the freshness buffer holds", "batches"),
+    ("rollout/policy_version", "learner updates so far", "updates"),
+    ("rollout/env_error_groups_dropped", "groups dropped for an env error", "groups"),
+    ("rollout/empty_batches", "iterations with nothing left to train on", "iterations"),
+    ("rollout/zero_advantage_batches", "iterations skipped: every advantage 0", "iterations"),
+    ("filter/kept_fraction", "share of trajectories the rollout filter kept", ""),
+    ("filter/groups_kept", "groups the filter kept", "groups"),
+    ("filter/groups_before", "groups the filter ranked", "groups"),
+    ("filter/in_group_reward_std_before", "mean in-group reward std before the filter", ""),
+    ("filter/in_group_reward_std_after", "mean in-group reward std of the kept groups", ""),
+    ("dynamic_sampling/extra_calls", "sampling calls beyond the first this iteration", "calls"),
+    ("dynamic_sampling/groups_with_spread", "groups with a spread found", "groups"),
+    ("dynamic_sampling/nonfinite_groups", "groups left out for a non-finite total "
+     "reward", "groups"),
+    ("dynamic_sampling/short", "1 if fewer than dynamic_sampling_groups were found", ""),
+    ("overlong/penalised_turn_share", "share of turns the overlong penalty hit", ""),
+    ("overlong/penalty_mean", "mean overlong penalty per turn", ""),
+    ("collapse/think_words_mean", "mean whitespace words of the model's own think text",
+     "words"),
+    ("collapse/distinct_1", "distinct word unigrams / all, over the batch's think texts", ""),
+    ("collapse/distinct_2", "distinct word bigrams / all, over the batch", ""),
+    ("collapse/distinct_1_in_group", "distinct_1 within each group, averaged", ""),
+    ("collapse/distinct_2_in_group", "distinct_2 within each group, averaged", ""),
+    ("collapse/template_repetition", "share of think texts equal to the most common one "
+     "(numbers masked)", ""),
+    ("collapse/diversity_s", "time the diversity figures took", "s"),
+    ("collapse/mi", "mutual information between prompt and reasoning (RAGEN-2)", "nats"),
+    ("collapse/mi_zscore", "mi against its shuffled-pairs baseline", "z"),
+    ("collapse/conditional_entropy", "H(reasoning | prompt) per reasoning token", "nats"),
+    ("collapse/retrieval_acc_at_1", "share of reasonings whose own prompt scores them "
+     "best", ""),
+    ("collapse/retrieval_acc_at_3", "... among the 3 best", ""),
+    ("collapse/retrieval_chance", "retrieval_acc_at_1 of a random guess", ""),
+    ("collapse/mi_iteration", "the iteration the MI figures were measured at", "iteration"),
+    ("collapse/mi_samples", "prompt-reasoning pairs the MI figures used", "pairs"),
+    ("collapse/mi_s", "time the MI figures took", "s"),
+    ("collapse/*_ema", "the early warning's moving averages (in_group_reward_std, "
+     "step_kl, grad_norm, entropy)", ""),
+    ("collapse/warning", "the iteration the collapse warning fired at (0 before)",
+     "iteration"),
+    ("counters/*_lifetime", "lifetime totals that survive a restore (trajectories, turns, "
+     "generated tokens, env errors, runner failures and restarts, resampled groups, "
+     "dynamic-sampling calls)", ""),
+    ("timing/sample_wait_s", "time the driver waited for samples", "s"),
+    ("timing/rollout_s", "time the runners spent sampling this iteration", "s"),
+    ("timing/update_s", "time of the learner update", "s"),
+    ("timing/sync_s", "time of the weight sync", "s"),
+    ("timing/iteration_s", "wall time since the previous iteration ended", "s"),
+    ("timing/runner_idle_share", "share of the iteration the runners were idle", ""),
+    ("timing/learner_idle_share", "share of the iteration the learners were idle", ""),
+    ("timers/*", "mean time of a stage (sampling, update, sync, evaluation)", "s"),
+    ("timers/connectors/*", "mean time of each sample-batch connector", "s"),
+    ("env_runners/rollout_time_s", "the runners' time sampling", "s"),
+    ("env_runners/generated_tokens", "tokens the runners generated", "tokens"),
+    ("env_runners/generated_tokens_per_s", "their generation rate", "tokens/s"),
+    ("env_runners/prompt_tokens_reused", "prompt tokens taken from the engine's prefix "
+     "cache instead of encoded", "tokens"),
+    ("env_runners/num_groups_sampled_lifetime", "groups sampled so far", "groups"),
+    ("env_runners/weights_load_s", "time a runner took to load new weights", "s"),
+    ("learners/*/actor_learning_rate", "the actor's learning rate (logged by RLlib)", ""),
+    ("learners/*/critic_learning_rate", "the critic's learning rate (logged by RLlib)", ""),
+    ("env_runners/weights_loaded_mid_sample", "weight loads inside a sample "
+     "(partial_rollouts)", "loads"),
+)  # fmt: skip
+
+#: Every metric the driver logs, by key pattern ("*" is one key segment, or part of one).
+RUN_METRICS: dict[str, Metric] = {
+    **{
+        f"{family}/{row[0]}": Metric(f"{family}/{row[0]}", *row[1:], "once", "none")
+        for family in TRAJECTORY_FAMILIES
+        for row in _TRAJECTORY_ROWS
+    },
+    **{row[0]: Metric(*row, "once", "none") for row in _RUN_ROWS},
+}
+
+
+def declared_metric(key: str) -> Metric | None:
+    """The declaration of a result key (``rollout/lake/success_rate``,
+    ``learners/default_policy/entropy``), or None."""
+    parts = key.split("/")
+    if parts[0] == "learners" and len(parts) == 3 and parts[2] in LEARNER_METRICS:
+        return LEARNER_METRICS[parts[2]]
+    for pattern, metric in RUN_METRICS.items():
+        segments = pattern.split("/")
+        if len(segments) == len(parts) and all(
+            fnmatch.fnmatchcase(p, s) for p, s in zip(parts, segments, strict=True)
+        ):
+            return metric
+    return None
+
+
+def run_metrics_tables() -> str:
+    """The markdown tables of the driver's declared metrics (docs/metrics.md)."""
+    out = [f"Under each of {', '.join(f'`{f}/`' for f in TRAJECTORY_FAMILIES)}:", "",
+           "| metric | what it is | unit |", "|---|---|---|"]  # fmt: skip
+    out += [f"| `{r[0]}` | {r[1]} | {r[2] or '-'} |" for r in _TRAJECTORY_ROWS]
+    out += [
+        "",
+        "The driver's other metrics:",
+        "",
+        "| metric | what it is | unit |",
+        "|---|---|---|",
+    ]
+    out += [f"| `{r[0]}` | {r[1]} | {r[2] or '-'} |" for r in _RUN_ROWS]
+    return "\n".join(out)
