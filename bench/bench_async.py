@@ -210,21 +210,21 @@ def sleeping_classes(rollout_s: float, update_s: float):
             return list(self.bench_calls)
 
     class SleepLearner(StarPOTorchLearner):
-        def _create_iterator_if_necessary(self, **kwargs):
+        def update(self, *args, **kwargs):
             # One update: its optimizer steps share the update's device time.
             steps = (kwargs.get("minibatches_per_epoch") or 1) * kwargs.get("num_epochs", 1)
             self._bench_step_s = update_s / max(1, steps)
             self.__dict__.setdefault("bench_slept", []).append(0.0)  # seconds, per update
-            return super()._create_iterator_if_necessary(**kwargs)
+            return super().update(*args, **kwargs)
 
-        def _uncompiled_update(self, batch, **kwargs):
+        def optimizer_step(self, batch, first=False):
             start = time.perf_counter()
             time.sleep(self._bench_step_s)
             self.bench_slept[-1] += time.perf_counter() - start
             for mid in batch:  # the signals the algorithm's collapse watch reads
                 for key in ("approx_kl", "gradients_actor_global_norm", "entropy"):
                     self.metrics.log_value((mid, key), 0.0, window=1)
-            return {}, {mid: torch.zeros(()) for mid in batch}, {}
+            return {}, {mid: torch.zeros(()) for mid in batch}
 
     tag = next(_class_ids)
     for cls in (SleepRunner, SleepLearner):

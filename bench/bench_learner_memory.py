@@ -114,7 +114,7 @@ def run_setting(model_path: str, name: str, prompt: int, response: int) -> dict:
     }
     batch = {k: v.to(device) for k, v in batch.items()}
     start = time.perf_counter()
-    learner._uncompiled_update({"default_policy": batch})
+    learner.optimizer_step({"default_policy": batch})
     seconds = time.perf_counter() - start
     out = {
         "setting": name,

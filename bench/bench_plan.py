@@ -159,9 +159,9 @@ def measure(name: str, model_path: str) -> dict:
     # Two updates: AdamW allocates its moments at the first step, after that
     # update's activations are freed; from the second on they are alive beside them
     # (the steady state of a run, which is what the planner estimates).
-    learner._uncompiled_update({"default_policy": batch})
+    learner.optimizer_step({"default_policy": batch})
     start = time.perf_counter()
-    learner._uncompiled_update({"default_policy": batch})
+    learner.optimizer_step({"default_policy": batch})
     return {
         "update_s": round(time.perf_counter() - start, 1),
         "measured_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),

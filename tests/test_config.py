@@ -91,6 +91,17 @@ def test_yaml_lambda_and_rllib_keys_are_accepted():
     assert set(STARPO_DEFAULTS) <= set(cfg.to_dict()) | {"lambda_"}
 
 
+def test_yaml_spellings_match_the_installed_rllib():
+    """The YAML spellings the config reader accepts are RLlib's own: an RLlib that
+    renames one shows up here, not as an unknown-key error in a user's file."""
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    from ragen_rllib.algorithms.starpo.config.yaml_front import RLLIB_KEY_ALIASES
+
+    for spelling, attr in RLLIB_KEY_ALIASES.items():
+        assert AlgorithmConfig._translate_special_keys(spelling, False) == attr
+
+
 def _rllib(*args, cwd, env=None) -> subprocess.CompletedProcess:
     code = "import sys; from ragen_rllib.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(

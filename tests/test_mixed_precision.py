@@ -81,7 +81,7 @@ def test_bfloat16_keeps_float32_master_weights_and_adam_state_and_computes_in_bf
     assert {v.dtype for v in state.values()} == {torch.float32}
     assert all(bool(v.abs().sum() > 0) for k, v in state.items() if k.endswith("exp_avg_sq"))
     # What a checkpoint saves of them (RLlib converts the state to NumPy): float32.
-    saved = learner._get_optimizer_state()
+    saved = learner.get_state(components="optimizer")["optimizer"]
     arrays = [
         v
         for entry in saved.values()

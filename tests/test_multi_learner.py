@@ -44,7 +44,7 @@ def flat(tree, prefix=""):
         return {prefix: tree.detach().cpu().float().numpy()}
     return {prefix: np.asarray(tree, dtype=float)} if isinstance(tree, (int, float)) else {}
 def optimizer(learner):  # all learners call it; the first gathers every shard
-    return flat(learner._get_optimizer_state())
+    return flat(learner.get_state(components="optimizer")["optimizer"])
 def run(save=None, **over):
     algo = make(**over)
     result = algo.train()

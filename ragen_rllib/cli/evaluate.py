@@ -122,14 +122,16 @@ def _override(algo, values: dict) -> None:
     if not values:
         return
 
-    def apply(config) -> None:
-        config._is_frozen = False
+    def apply(holder) -> None:  # a frozen config is replaced by an edited copy
+        config = holder.config.copy(copy_frozen=False)
         for key, value in values.items():
             setattr(config, key, value)
+        config.freeze()
+        holder.config = config
 
-    apply(algo.config)
+    apply(algo)
     algo.config.check_values()  # e.g. a k above the samples per state names its key
-    algo.env_runner_group.foreach_env_runner(lambda runner: apply(runner.config))
+    algo.env_runner_group.foreach_env_runner(apply)
 
 
 def _suites(config, names: list[str]) -> dict:

@@ -36,10 +36,15 @@ class StarPOLearnerGroup(LearnerGroup):
         if self._check_component(COMPONENT_LEARNER, components, not_components):
             comps = self._get_subcomponents(COMPONENT_LEARNER, components)
             not_comps = self._get_subcomponents(COMPONENT_LEARNER, not_components)
-            results = self._worker_manager.foreach_actor(
-                lambda w: w.get_state(comps, not_components=not_comps, **kwargs)
+            results = self.foreach_learner(
+                lambda learner: learner.get_state(comps, not_components=not_comps, **kwargs)
             )
-            state[COMPONENT_LEARNER] = self._get_results(results)[0]
+            answers = []
+            for result in results:
+                if not result.ok:
+                    raise result.get()
+                answers.append(result.get())
+            state[COMPONENT_LEARNER] = answers[0]
         return state
 
 

@@ -28,9 +28,9 @@ from ragen_rllib.console import no_progress_bars
 from ragen_rllib.distributed.collectives import agreed_count, full
 from ragen_rllib.learner.fsdp import FSDPLearnerMixin
 from ragen_rllib.learner.loss import Denominators, gap_over_learners, minibatch_logs, starpo_loss
-from ragen_rllib.learner.minibatches import TrajectoryMinibatches
+from ragen_rllib.learner.minibatches import TrajectoryMinibatchesMixin
 from ragen_rllib.maths import off_policy
-from ragen_rllib.maths.batching import fill_plan, microbatches, num_minibatches, take_rows
+from ragen_rllib.maths.batching import fill_plan, microbatches, take_rows
 from ragen_rllib.records.metrics import learner_log
 from ragen_rllib.rl_module.scoring import response_logprobs
 
@@ -70,7 +70,7 @@ def _gap_sums(part: dict[str, Any], fwd_out: dict[str, Any]) -> dict[str, torch.
     )
 
 
-class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
+class StarPOTorchLearner(TrajectoryMinibatchesMixin, FSDPLearnerMixin, TorchLearner):
     def build(self) -> None:
         super().build()
         self._nonfinite_in_a_row = 0
@@ -85,7 +85,7 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
                 reference = AutoModelForCausalLM.from_pretrained(
                     cfg["model_path"], dtype=getattr(torch, cfg["dtype"])
                 )
-            self._reference = reference.to(self._device)
+            self._reference = reference.to(self.device)
             self._reference.eval().requires_grad_(False)
 
     def _unwrapped(self, module_id: str):
@@ -143,7 +143,7 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
             batch = take_rows(
                 {"input_ids": ids, "attention_mask": attention, "response_mask": scored}, part
             )
-            batch = {k: v.to(self._device) for k, v in batch.items()}
+            batch = {k: v.to(self.device) for k, v in batch.items()}
             logp = module.score(batch)["logp"]
             sums = (logp * batch["response_mask"]).sum(1).tolist()
             for r, total in zip(part, sums, strict=True):
@@ -152,6 +152,7 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         """AdamW for the actor (``lr``) and, with a critic, one for it (``critic_lr``)."""
+        self._shard_before_optimizers(module_id)
         module = self._unwrapped(module_id)
         roles = (
             ("actor", module.actor_parameters(), config.lr),
@@ -166,35 +167,6 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
                     params=params,
                     lr_or_lr_schedule=lr,
                 )
-
-    # ----- minibatches --------------------------------------------------------------
-    def _create_iterator_if_necessary(
-        self,
-        *,
-        training_data,
-        num_total_minibatches: int = 0,
-        num_epochs: int = 1,
-        minibatch_size: int | None = None,
-        shuffle_batch_per_epoch: bool = False,
-        minibatches_per_epoch: int | None = None,
-        plan_seed: int = 0,
-        **kwargs,
-    ):
-        """Minibatches of whole trajectories: ``minibatches_per_epoch``, as the
-        algorithm decides for all learners (default: from ``minibatch_size`` and this
-        learner's trajectories), shuffled by ``plan_seed``."""
-        batch = self._make_batch_if_necessary(training_data=training_data)
-        self._first_minibatch = True  # its forward pass still has the update's weights
-        if minibatches_per_epoch is None:
-            episodes = training_data.episodes or []
-            minibatches_per_epoch = num_minibatches([len(episodes)], minibatch_size)
-        return TrajectoryMinibatches(
-            batch,
-            num_minibatches=minibatches_per_epoch,
-            num_epochs=num_epochs,
-            shuffle=shuffle_batch_per_epoch,
-            seed=plan_seed,
-        )
 
     # ----- one optimizer step ------------------------------------------------------
     def compute_loss_for_module(
@@ -224,14 +196,15 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
             logs.append(terms)
         return total
 
-    def _uncompiled_update(self, batch: dict[str, Any], **kwargs):
+    def optimizer_step(self, batch: dict[str, Any], first: bool = False):
         """One optimizer step on a minibatch, in micro-batches of at most
         ``max_tokens_per_microbatch`` padded tokens whose gradients accumulate.
 
         Every loss term is divided by the minibatch's counts over all learners
         (:class:`~ragen_rllib.learner.loss.Denominators`), so the step is the same
-        for any micro-batch size and any number of learners."""
-        self._compute_off_policyness(batch)
+        for any micro-batch size and any number of learners. ``first``: the update's
+        first step, whose forward passes measure the engine-learner gap.
+        Returns the forward outputs of the last micro-batch and the loss per module."""
         ddp = self.config.num_learners > 1
         plans, denoms = {}, {}
         for mid, module_batch in batch.items():
@@ -244,12 +217,12 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
             denoms[mid] = Denominators.of(module_batch["response_mask"], over_learners=True)
         steps = max((len(p) for p in plans.values()), default=0)
         if self._fsdp:  # every forward is a collective: all learners run the same count
-            steps = agreed_count(steps, self._device)
+            steps = agreed_count(steps, self.device)
             plans = {mid: fill_plan(plan, steps) for mid, plan in plans.items()}
-        for optim in self._optimizer_parameters:
+        for optim in self._optimizers():
             optim.zero_grad(set_to_none=True)
         loss_finite = True
-        gap = self.__dict__.pop("_first_minibatch", False)
+        gap = first
         gap_sums: dict[str, list[dict[str, torch.Tensor]]] = {mid: [] for mid in batch}
         parts: dict[str, list[dict[str, torch.Tensor]]] = {mid: [] for mid in batch}
         totals: dict[str, torch.Tensor] = {}
@@ -309,12 +282,22 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
             trainable, total_params = self._parameter_counts(mid)
             learner_log(self.metrics, mid, "trainable_parameters", trainable)
             learner_log(self.metrics, mid, "total_parameters", total_params)
-        gradients = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
+        gradients = {
+            self.get_param_ref(p): p.grad
+            for optim in self._optimizers()
+            for group in optim.param_groups
+            for p in group["params"]
+            if p.grad is not None
+        }
         with contextlib.ExitStack() as stack:
             if ddp:
                 self._no_sync(stack)
             self._apply_if_finite(self.postprocess_gradients(gradients), loss_finite)
-        return fwd_out, totals, {}
+        return fwd_out, totals
+
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        """Every optimizer of every module (actor and, with a critic, critic)."""
+        return [o for mid in self.module.keys() for _, o in self.get_optimizers_for_module(mid)]
 
     def _log_gap(self, batch, sums: dict[str, list[dict[str, torch.Tensor]]]) -> None:
         """The engine-learner gap of the update's first minibatch (its forward passes
@@ -325,7 +308,7 @@ class StarPOTorchLearner(FSDPLearnerMixin, TorchLearner):
             if "token_lag" not in batch[mid]:
                 continue  # the connector logged the whole batch's
             merged = off_policy.merged_sums(sums[mid])
-            for key, value in gap_over_learners(merged, self._device).items():
+            for key, value in gap_over_learners(merged, self.device).items():
                 learner_log(self.metrics, mid, key, value)
 
     def _no_sync(self, stack: contextlib.ExitStack) -> None:

@@ -15,6 +15,20 @@ from typing import Any
 from ragen_rllib.algorithms.starpo.config.knobs import KNOBS, RENAMED, key_listing, rllib_settings
 from ragen_rllib.algorithms.starpo.config.rules import is_int
 
+#: RLlib's YAML spellings of config attributes (``AlgorithmConfig.update_from_dict``
+#: reads a value under either name); tests/test_config_yaml.py checks the map
+#: against the installed RLlib.
+RLLIB_KEY_ALIASES = {
+    "callbacks": "callbacks_class",
+    "create_env_on_driver": "create_env_on_local_worker",
+    "custom_eval_function": "custom_evaluation_function",
+    "framework": "framework_str",
+    "input": "input_",
+    "lambda": "lambda_",
+    "num_cpus_for_driver": "num_cpus_for_main_process",
+    "num_workers": "num_env_runners",
+}
+
 #: The line before the listing of every key in an unknown-key error.
 KEY_LISTING_HEADER = "The keys, by group (rllib keys prints each with its default and rule):"
 
@@ -36,7 +50,7 @@ def config_from_user_dict(config_cls, config: dict[str, Any]):
     spelled: dict[str, str] = {}  # attribute -> the user's spelling
     unknown, unused = [], []
     for key in config:
-        attr = config_cls._translate_special_keys(key, False)
+        attr = RLLIB_KEY_ALIASES.get(key, key)
         if attr in spelled:
             raise ValueError(
                 f"config keys {spelled[attr]!r} and {key!r} set the same setting; give one"
