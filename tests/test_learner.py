@@ -300,3 +300,28 @@ def test_packed_rows_give_the_padded_paths_logprobs_values_and_gradients(traject
     for k, g in grads[True].items():
         ref = grads[False][k]
         assert (g - ref).abs().max() <= 1e-4 * (ref.abs().max() + 1e-12), k
+
+
+def test_an_update_takes_one_optimizer_step_per_minibatch_and_epoch(trajectories):
+    """RLlib hands the whole batch to ``_update`` once; the learner takes
+    ``num_epochs`` x ``minibatches_per_epoch`` optimizer steps on whole trajectories,
+    each trajectory once per epoch, and counts each row once per epoch trained."""
+    runner, trajs = trajectories
+    learner = built_learner(config(), runner.get_spaces())
+    steps = []
+    step = learner.optimizer_step
+
+    def counted(batch, first=False):
+        rows = batch["default_policy"]["row_trajectory"].tolist()
+        steps.append((first, sorted(set(rows))))
+        return step(batch, first=first)
+
+    learner.optimizer_step = counted
+    out = learner.update(episodes=trajs, minibatch_size=3, num_epochs=2, minibatches_per_epoch=3)
+    assert [first for first, _ in steps] == [True] + [False] * 5
+    per_epoch = [sorted(t for _, ts in steps[e * 3 : e * 3 + 3] for t in ts) for e in (0, 1)]
+    batch = learner_batch(config(), learner.module["default_policy"], trajs)
+    owners = sorted(set(batch["row_trajectory"].tolist()))
+    assert per_epoch == [owners, owners]  # every trajectory once in each epoch
+    trained = out["default_policy"]["num_module_steps_trained"].peek()
+    assert int(trained) == 2 * len(batch["input_ids"])
