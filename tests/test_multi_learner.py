@@ -20,7 +20,7 @@ def make(**over):
     return StarPOConfig.from_user_dict({
         "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "env_groups": 2, "group_size": 4,
         "max_turns": 3, "max_new_tokens": 16, "minibatch_size": 8, "filter_keep_ratio": 1.0,
-        "advantage_estimator": "gae", "lr": 1e-4, "seed": 3, **over,
+        "advantage_estimator": "gae", "lr": 1e-4, "seed": 3, "model_dtype": "float32", **over,
     }).build_algo()
 def state(learner):
     m = learner.module["default_policy"]
@@ -60,9 +60,9 @@ def run(save=None, **over):
     run.blank_passes = learner.get("blank_passes", 0)
     run.logged = {k: float(learner[k]) for k in LOGGED if k in learner}
     return out, turns, engine, opt
-LOGGED = ("policy_loss", "entropy", "value_loss", "kl_to_reference", "response_tokens",
+LOGGED = ("policy_loss", "entropy", "value_loss", "kl_to_reference", "response_tokens", "ratio_max",
           "clip_frac", "approx_kl", "value_mean", "off_policy_kl", "rollout_mismatch_tokens",
-          "is_weight_mean", "is_corrected_frac")
+          "is_weight_mean", "is_weight_max", "is_corrected_frac")
 def logged_diff(a, b):
     # Relative, with an absolute floor: at the first step the policy loss and the
     # approximate KL are ~1e-7 (ratios of 1, whitened advantages summing to ~0).
@@ -195,5 +195,8 @@ def test_two_learners_take_the_step_of_one_on_a_multi_turn_batch(tmp_path):
     # logs its share times the number of learners; RLlib averages the learners).
     logged = out["logged"]
     assert {"policy_loss", "entropy", "value_loss"} <= set(logged["one"]), logged
+    # Maxima are maxima over the learners too (the mean of two learners' maxima is not
+    # the one learner's maximum).
+    assert "ratio_max" in logged["one"] and "is_weight_max" in logged["menu_one"], logged
     for pair, diff in out["logged_diff"].items():
         assert diff <= 1e-4, (pair, logged)
