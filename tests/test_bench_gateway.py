@@ -15,3 +15,19 @@ def test_the_gateway_bench_runs(tmp_path):
     # 2 warm-up turns, 2 single turns, 4 agents x 2 turns.
     assert many["requests_answered"] == 2 + 2 + 8
     assert 1 <= many["largest_batch"] <= 4
+
+
+def test_the_connection_flood_bench_runs_and_the_gateway_holds(tmp_path):
+    """bench/bench_gateway_attack.py at a small size, with the descriptor limit low
+    enough that 300 stalled connections would exhaust it without the cap: none is
+    held after the header deadline, the agent's request is answered during the flood,
+    and the gateway logs next to nothing."""
+    out = run_bench(
+        tmp_path, "bench_gateway_attack.py", "--stalled", "300", "--nofile", "384", "--hold", "12"
+    )
+    assert out["stalled_opened"] == 300
+    assert out["stalled_still_open_after_hold_s"] == 0
+    assert 0 < out["gateway_fds_during"] < out["nofile"] // 2 + 40
+    assert out["open_file_during"] and out["request_s_during"] > 0
+    assert out["log_records_during"] <= 2
+    assert out["gateway_counts"]["connections_evicted"] > 0

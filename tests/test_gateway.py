@@ -6,7 +6,9 @@ token-out; hostile and out-of-limit requests get clear 4xx errors and leave no t
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 
 import httpx
 import openai
@@ -190,3 +192,125 @@ def test_an_engine_failure_is_a_503_and_records_nothing():
         assert gw.counts["refused_503"] == 1
     finally:
         gw.shutdown()
+
+
+# ----- what a client without a key can hold ------------------------------------------
+GUARDED = GatewayLimits(
+    model="builtin", temperature=1.0, top_p=1.0, max_new_tokens=4, max_context_tokens=400,
+    max_connections=16, header_timeout_s=1.0, body_timeout_s=1.0,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    path = resolve_model("builtin")
+    tok = AutoTokenizer.from_pretrained(path)
+    engine = HFEngine(path, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    gw = Gateway(engine, tok, GUARDED, seed=0)
+    gw.base_url = gw.serve()
+    gw.address = ("127.0.0.1", int(gw.base_url.rsplit(":", 1)[1].split("/")[0]))
+    yield gw
+    gw.shutdown()
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (EOF or a reset; an answer counts too)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1024) is not None
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_stalled_connections_without_a_key_are_closed_and_an_agent_is_still_served(guarded):
+    """40 connections that never finish their headers, against a cap of 16 and a 1 s
+    header deadline: an agent's request that comes in among them is answered, and
+    after the deadline none of them is open."""
+    before = dict(guarded.counts)
+    stalled = []
+    for _ in range(40):
+        sock = socket.create_connection(guarded.address, timeout=5)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        stalled.append(sock)
+    key = guarded.open(traj())
+    client = openai.OpenAI(base_url=guarded.base_url, api_key=key, max_retries=0, timeout=30)
+    out = client.chat.completions.create(
+        model="builtin", messages=[{"role": "user", "content": "Go."}], max_tokens=4
+    )
+    assert out.choices[0].message.content is not None
+    guarded.close(key)
+    time.sleep(2.5)
+    assert sum(_closed(s) for s in stalled) == 40
+    for s in stalled:
+        s.close()
+    evicted = guarded.counts["connections_evicted"] - before.get("connections_evicted", 0)
+    late = guarded.counts["header_timeouts"] - before.get("header_timeouts", 0)
+    assert evicted >= 40 - 16 and evicted + late >= 40, guarded.counts
+
+
+def test_a_body_that_does_not_arrive_gets_408_and_the_connection_closes(guarded):
+    key = guarded.open(traj())
+    sock = socket.create_connection(guarded.address, timeout=10)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + key.encode()
+        + b'\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"mod'
+    )
+    answer = b""
+    while not answer.endswith(b"}") or b"\r\n\r\n" not in answer:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    head = answer.split(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 408") and b"connection: close" in head, answer
+    assert b"x-should-retry: false" in head
+    assert sock.recv(1) == b""  # closed
+    sock.close()
+    guarded.close(key)
+
+
+def test_a_key_holds_at_most_its_cap_of_requests_in_flight(guarded):
+    """Four requests of one key whose bodies are still coming: a fifth gets 429."""
+    key = guarded.open(traj())
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + key.encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    )
+    slow = []
+    for _ in range(GUARDED.max_requests_per_key):
+        sock = socket.create_connection(guarded.address, timeout=10)
+        sock.sendall(head)
+        slow.append(sock)
+    time.sleep(0.3)  # the server has read their headers
+    extra = httpx.post(
+        guarded.base_url + "/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "builtin", "messages": [{"role": "user", "content": "Go."}]},
+        timeout=10,
+    )
+    assert extra.status_code == 429, extra.text
+    assert "x-should-retry" not in extra.headers  # one may be answered by then
+    for sock in slow:
+        sock.close()
+    guarded.close(key)
+
+
+def test_refusals_a_retry_cannot_fix_are_not_retried_by_the_openai_client(guarded):
+    """A closed key: one request (409), not the client's default three."""
+    key = guarded.open(traj())
+    guarded.close(key)
+    before = guarded.counts["refused_409"]
+    client = openai.OpenAI(base_url=guarded.base_url, api_key=key, max_retries=2, timeout=10)
+    with pytest.raises(openai.ConflictError):
+        client.chat.completions.create(
+            model="builtin", messages=[{"role": "user", "content": "Go."}], max_tokens=4
+        )
+    assert guarded.counts["refused_409"] - before == 1
+    unknown = httpx.get(guarded.base_url + "/models", headers={"Authorization": "Bearer x"})
+    assert unknown.status_code == 401
+    assert unknown.headers["connection"] == "close"
+    assert unknown.headers["x-should-retry"] == "false"

@@ -73,6 +73,14 @@ class GatewayLimits:
     max_batch: int = 256
     #: the longest a request waits for its answer (then 504)
     answer_timeout_s: float = 600.0
+    #: open connections at most (lowered to half the process's open-file limit)
+    max_connections: int = 1024
+    #: a connection's request headers must be complete this long after it starts
+    header_timeout_s: float = 10.0
+    #: a request's body must be complete this long after its headers (then 408)
+    body_timeout_s: float = 30.0
+    #: requests of one key in flight at once (then 429)
+    max_requests_per_key: int = 4
 
 
 class _Conversation:
@@ -296,12 +304,25 @@ class Gateway:
         import uvicorn
 
         from ragen_rllib.agents.gateway_app import make_app
+        from ragen_rllib.agents.gateway_guard import BACKLOG, connection_cap, guarded_protocol
 
         app = make_app(self, GatewayError)
+        protocol = guarded_protocol(
+            max_connections=connection_cap(self.limits.max_connections),
+            header_timeout_s=self.limits.header_timeout_s,
+            count=self.count,
+            counts=lambda: dict(self.counts),
+        )
         # Idle connections stay open longer than a client keeps them (httpx: 5 s), so
         # the server never closes one as the client reuses it.
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", timeout_keep_alive=75
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_keep_alive=75,
+            http=protocol,
+            backlog=BACKLOG,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gateway", daemon=True)

@@ -232,6 +232,9 @@ class AgentRollouts:
             max_new_tokens=int(max_new_tokens),
             max_context_tokens=int(cfg.max_context_tokens),
             answer_timeout_s=float(cfg.agent_timeout_s),
+            max_connections=int(cfg.agent_gateway_max_connections),
+            header_timeout_s=float(cfg.agent_gateway_header_timeout_s),
+            body_timeout_s=float(cfg.agent_gateway_body_timeout_s),
         )
         if self.gateway is not None and not self.gateway.serving:
             logger.warning("the agents' gateway stopped; starting a new one")

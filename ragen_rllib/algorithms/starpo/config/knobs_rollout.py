@@ -363,6 +363,26 @@ AGENT = knobs(
         ),
         "where the agents' chat completions gateway listens",
     ),
+    K(
+        "agent_gateway_max_connections",
+        1024,
+        integer(8),
+        "the gateway's open connections at most (lowered to fit half the process's "
+        "open-file limit); at the cap a new connection replaces one still without its "
+        "request headers",
+    ),
+    K(
+        "agent_gateway_header_timeout_s",
+        10.0,
+        number(0, 3600, low_open=True),
+        "a gateway connection whose request headers are not complete by then is closed",
+    ),
+    K(
+        "agent_gateway_body_timeout_s",
+        30.0,
+        number(0, 3600, low_open=True),
+        "a gateway request whose body is not complete by then gets 408",
+    ),
 )
 
 ALL = MODEL + ROLLOUT + PROMPT + EVALUATION + AGENT
