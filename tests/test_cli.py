@@ -72,6 +72,17 @@ def test_header_says_where_the_learner_runs_and_how_to_see_curves(tmp_path):
         assert f"learner    {why}" in header("demo", config, {}, str(tmp_path))
 
 
+def test_header_warns_when_the_agents_gateway_binds_beyond_loopback(tmp_path):
+    from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+    from ragen_rllib.cli.train import header
+
+    agent = "tuned_examples/agents/bandit_agent.py:run"
+    for host, warned in (("127.0.0.1", False), ("localhost", False), ("0.0.0.0", True)):
+        config = StarPOConfig.from_user_dict({"agent": agent, "agent_gateway_host": host})
+        text = header("demo", config, {}, str(tmp_path))
+        assert ("WARNING    the agents' gateway listens on 0.0.0.0" in text) == warned, text
+
+
 def test_model_dtype_auto_takes_bfloat16_only_where_it_is_native(monkeypatch):
     """model_dtype: auto (the default) is bfloat16 where the learner's device computes
     it natively, else float32; the engine follows unless engine_dtype is set."""

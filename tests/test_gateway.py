@@ -314,3 +314,26 @@ def test_refusals_a_retry_cannot_fix_are_not_retried_by_the_openai_client(guarde
     assert unknown.status_code == 401
     assert unknown.headers["connection"] == "close"
     assert unknown.headers["x-should-retry"] == "false"
+
+
+def test_a_wildcard_bind_hands_agents_an_address_they_can_reach(guarded, caplog):
+    """Bound on 0.0.0.0, the gateway gives agents this machine's address (not
+    0.0.0.0) and warns that it is reachable; a URL given by the run is used as is."""
+    public = Gateway(guarded.engine, guarded.tokenizer, GUARDED, seed=0)
+    with caplog.at_level("WARNING", logger="ragen_rllib.agents.gateway"):
+        url = public.serve(host="0.0.0.0")
+    try:
+        assert "0.0.0.0" not in url and url.startswith("http://") and url.endswith("/v1")
+        assert "only access control" in caplog.text
+        key = public.open(traj())
+        client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=30)
+        assert [m.id for m in client.models.list().data] == ["builtin"]
+        public.close(key)
+    finally:
+        public.shutdown()
+    named = Gateway(guarded.engine, guarded.tokenizer, GUARDED, seed=0)
+    url = named.serve(url="http://localhost:{port}/v1")
+    try:
+        assert url.startswith("http://localhost:") and httpx.get(url + "/models").status_code == 401
+    finally:
+        named.shutdown()

@@ -26,7 +26,9 @@ trajectory its API key names (:class:`~ragen_rllib.agents.conversation.Conversat
 from __future__ import annotations
 
 import json
+import logging
 import secrets
+import socket
 import threading
 import time
 from collections import Counter
@@ -41,6 +43,8 @@ from ragen_rllib.agents.gateway_schema import ChatRequest
 from ragen_rllib.chat.tool_calls import parse_tool_calls, template_has_tool_calls
 from ragen_rllib.engines.base import RolloutEngine, SamplingParams
 from ragen_rllib.records.trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
 
 UNKNOWN_KEY = "unknown API key: use the key the runner gave the agent"
 FINISHED = "this trajectory is finished; its key takes no requests"
@@ -299,8 +303,11 @@ class Gateway:
         }
 
     # ----- the HTTP server ---------------------------------------------------------
-    def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Start serving in a background thread; the base URL (``.../v1``)."""
+    def serve(self, host: str = "127.0.0.1", port: int = 0, url: str | None = None) -> str:
+        """Start serving in a background thread; the base URL agents are given
+        (``.../v1``): ``url`` (its port filled in where it says ``{port}``), or
+        ``http://<host>:<port>/v1``, with this machine's address in place of a
+        wildcard host (0.0.0.0), which no client can connect to."""
         import uvicorn
 
         from ragen_rllib.agents.gateway_app import make_app
@@ -333,6 +340,17 @@ class Gateway:
                 raise RuntimeError(f"the gateway did not start on {host}:{port}")
             time.sleep(0.01)
         bound = self._server.servers[0].sockets[0].getsockname()
+        if url:
+            return url.format(port=bound[1])
+        if host in WILDCARD_HOSTS:
+            host = _this_machines_address()
+        if not is_loopback(host):
+            logger.warning(
+                "the agents' gateway listens on %s:%d: anyone who can reach it can connect; "
+                "its per-trajectory keys are the only access control",
+                host,
+                bound[1],
+            )
         return f"http://{host}:{bound[1]}/v1"
 
     @property
@@ -351,6 +369,29 @@ class Gateway:
             self._server.should_exit = True
             self._thread.join(timeout=10)
         self._batcher.close()
+
+
+#: hosts that bind every interface, which a client cannot connect to by that name
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine's loopback (reachable from this machine only)."""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _this_machines_address() -> str:
+    """This machine's address as other hosts reach it: Ray's node address, else the
+    address of the host name, else 127.0.0.1."""
+    try:
+        import ray.util
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - no Ray, or no network: fall back
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
 
 
 #: the message fields the chat template sees

@@ -243,7 +243,9 @@ class AgentRollouts:
             self.restarts += 1
         if self.gateway is None:
             self.gateway = Gateway(self.engine, self.tokenizer, limits)  # reseeded per batch
-            self.base_url = self.gateway.serve(host=cfg.agent_gateway_host)
+            self.base_url = self.gateway.serve(
+                host=cfg.agent_gateway_host, url=cfg.agent_gateway_url
+            )
         self.gateway.limits = limits  # this batch's sampling (evaluation's temperature)
         return self.gateway
 

@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from ragen_rllib.agents.gateway import is_loopback
 from ragen_rllib.algorithms.starpo.checkpoint import (
     CorruptCheckpointError,
     OldLayoutCheckpointError,
@@ -42,8 +43,15 @@ def header(name: str, config, grid: dict, storage: str) -> str:
     )
     trials = len(list(itertools.product(*grid.values()))) if grid else 1
     where = os.path.join(storage, name)
+    gateway_warning = None
     if config.agent:  # the agent decides its turns: each model call is one
         playing, turns = f"agent {config.agent}", "a turn per model call"
+        if not is_loopback(config.agent_gateway_host):
+            gateway_warning = (
+                f"  WARNING    the agents' gateway listens on {config.agent_gateway_host}: "
+                "anyone who can reach its port can connect; its per-trajectory keys are the "
+                "only access control (docs/agents.md)"
+            )
     else:
         playing, turns = config.env, f"K<={config.max_turns} turns"
     lines = [
@@ -58,6 +66,8 @@ def header(name: str, config, grid: dict, storage: str) -> str:
         f"  learners   {learners}",
         f"  learner    {config.learner_passes()}",
     ]
+    if gateway_warning:
+        lines.append(gateway_warning)
     if grid:
         lines.append(f"  sweep      {trials} trials over {', '.join(sorted(grid))}")
     lines += [

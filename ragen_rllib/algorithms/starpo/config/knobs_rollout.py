@@ -361,7 +361,18 @@ AGENT = knobs(
             lambda v: isinstance(v, str) and bool(re.fullmatch(r"[A-Za-z0-9.\-]+", v)),
             "must be a host name or IPv4 address, such as 127.0.0.1 or 0.0.0.0",
         ),
-        "where the agents' chat completions gateway listens",
+        "where the agents' chat completions gateway listens (anything but loopback is "
+        "reachable by others: the header says so)",
+    ),
+    K(
+        "agent_gateway_url",
+        None,
+        custom(
+            lambda v: v is None or (isinstance(v, str) and bool(re.fullmatch(r"https?://\S+", v))),
+            "must be null or an http(s) URL such as http://gateway.internal:{port}/v1",
+        ),
+        "the base URL agents are given, {port} filled in (a proxy, a name); null: "
+        "http://<agent_gateway_host>:<port>/v1, this machine's address for 0.0.0.0",
     ),
     K(
         "agent_gateway_max_connections",
