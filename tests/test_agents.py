@@ -16,10 +16,16 @@ import pytest
 from conftest import learner_logp_gap, private_env, run_script, tiny_config, tiny_dict
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-from ragen_rllib.agents.programs import agent_outcome, load_callable, load_tasks
+from ragen_rllib.agents.programs import (
+    RewardOutOfBounds,
+    agent_outcome,
+    load_callable,
+    load_tasks,
+)
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.records.trajectory import Trajectory
 
 HERE = Path(__file__).resolve().parent
 AGENTS = HERE / "user_agents" / "plain_agents.py"
@@ -72,6 +78,23 @@ def test_an_agents_return_value_becomes_turn_rewards():
     ]:
         with pytest.raises(ValueError, match=re.escape(says)):
             agent_outcome(bad, 2)
+    # Finite but beyond the bound (a sum too: 2 x 6e5 > 1e6), refused apart.
+    for bad in (1e308, {"reward": 6e5, "turn_rewards": [6e5, 0.0]}, -2e6):
+        with pytest.raises(RewardOutOfBounds, match="agent_max_abs_reward=1e"):
+            agent_outcome(bad, 2, max_abs=1e6)
+    assert agent_outcome(1e6, 1, max_abs=1e6) == ([1e6], True)
+
+
+def test_an_agent_that_raised_after_an_engine_failure_is_counted_as_the_engines():
+    from ragen_rllib.agents.programs import _Call, _outcome
+
+    call = _Call(None, "", "", None)
+    call.error = "InternalServerError: the engine failed"
+    traj = Trajectory(env_id="agent", seed=0, group=0)
+    assert _outcome(traj, call, 1, 10.0, engine_failures=1) == "engine_failures"
+    assert "after 1 engine failure" in traj.error
+    traj = Trajectory(env_id="agent", seed=0, group=0)
+    assert _outcome(traj, call, 1, 10.0) == "agent_errors"
 
 
 def test_agent_specs_load_or_name_the_key(tmp_path):

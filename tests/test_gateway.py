@@ -189,7 +189,10 @@ def test_an_engine_failure_is_a_503_and_records_nothing():
         assert err.value.status == 503
         trajectory, answered = gw.close(key)
         assert answered == 0 and trajectory.segments == []
-        assert gw.counts["refused_503"] == 1
+        assert gw.counts["refused_503"] == 1 and gw.counts["engine_failures"] == 1
+        # The key's engine failures are read once, so that the runner counts the
+        # trajectory's failure as the engine's, not the agent's.
+        assert gw.engine_failures_of(key) == 1 and gw.engine_failures_of(key) == 0
     finally:
         gw.shutdown()
 

@@ -93,6 +93,7 @@ class _Conversation:
         self.lock = threading.Lock()
         self.finished = False
         self.requests = 0
+        self.engine_failures = 0  # requests the engine failed (503)
         self.deadline = deadline  # time.monotonic() after which a request is not answered
 
 
@@ -104,6 +105,7 @@ class Gateway:
         self.tools_supported = template_has_tool_calls(getattr(tokenizer, "chat_template", None))
         self._conversations: dict[str, _Conversation] = {}
         self._finished: set[str] = set()  # closed keys (a request with one gets 409)
+        self._engine_failed: dict[str, int] = {}  # closed keys the engine failed, how often
         self._lock = threading.Lock()
         self._batcher = Batcher(engine, limits.batch_wait_s, limits.max_batch, seed)
         self.counts: Counter[str] = Counter()
@@ -139,9 +141,16 @@ class Gateway:
         with self._lock:
             self._conversations.pop(key, None)
             self._finished.add(key)
+            if conversation.engine_failures:
+                self._engine_failed[key] = conversation.engine_failures
             if not self._conversations:  # nothing in flight: the prefix cache may go
                 self.engine.clear_cache()
         return conversation.recorder.trajectory, conversation.requests
+
+    def engine_failures_of(self, key: str) -> int:
+        """How many of a closed key's requests the engine failed (503); forgets them."""
+        with self._lock:
+            return self._engine_failed.pop(key, 0)
 
     def knows(self, key: str | None) -> bool:
         """Whether ``key`` was handed out (its trajectory open or finished)."""
@@ -265,8 +274,11 @@ class Gateway:
             submitted.cancel()  # not generated if the batcher has not taken it yet
             raise GatewayError(504, "the engine did not answer in time") from None
         except BatcherClosed as err:
+            conversation.engine_failures += 1
             raise GatewayError(503, str(err)) from None
         except Exception as err:  # noqa: BLE001 - the engine failed this batch
+            conversation.engine_failures += 1
+            self.count("engine_failures")
             raise GatewayError(503, f"the engine failed: {type(err).__name__}: {err}") from None
         text = self.tokenizer.decode(generation.ids, skip_special_tokens=True)
         if tools and self.tools_supported:

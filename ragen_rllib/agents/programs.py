@@ -135,9 +135,16 @@ def load_tasks(spec: str, split: str) -> list[Any]:
     return tasks
 
 
-def agent_outcome(result: Any, turns: int) -> tuple[list[float], bool]:
+class RewardOutOfBounds(ValueError):
+    """A reward beyond ``agent_max_abs_reward`` (counted apart from other errors)."""
+
+
+def agent_outcome(
+    result: Any, turns: int, max_abs: float = float("inf")
+) -> tuple[list[float], bool]:
     """An agent's return value -> (per-turn rewards, success); ValueError saying
-    what is allowed."""
+    what is allowed, :class:`RewardOutOfBounds` for a reward, a turn reward or their
+    sum beyond ``max_abs`` (which would swamp a group's normalisation)."""
     allowed = (
         "an agent returns a number (the reward) or a dict with 'reward', optional "
         "'turn_rewards' (one number per model call) and 'success'"
@@ -162,6 +169,11 @@ def agent_outcome(result: Any, turns: int) -> tuple[list[float], bool]:
             raise ValueError(f"{len(per_turn)} turn_rewards for {turns} model calls: {allowed}")
         rewards = [float(r) for r in per_turn]
     rewards[-1] += float(reward)
+    for value in (reward, *rewards, sum(rewards)):
+        if abs(float(value)) > max_abs:
+            raise RewardOutOfBounds(
+                f"reward {float(value):g} is beyond agent_max_abs_reward={max_abs:g}"
+            )
     if success is None:
         success = sum(rewards) > 0
     elif not isinstance(success, bool | np.bool_):
@@ -294,7 +306,10 @@ class AgentRollouts:
             call.join(max(0.0, deadline - time.monotonic()))
             traj, requests = gateway.close(key)
             try:
-                counts[_outcome(traj, call, requests, limit)] += 1
+                counts[_outcome(
+                    traj, call, requests, limit, float(self.config.agent_max_abs_reward),
+                    gateway.engine_failures_of(key),
+                )] += 1  # fmt: skip
             except Exception as err:  # noqa: BLE001 - whatever the agent's value does
                 counts["agent_errors"] += 1
                 _failed(traj, f"agent's result could not be read: {type(err).__name__}")
@@ -336,11 +351,27 @@ def _task_name(task: Any, agent: str) -> str:
 #: the least time a batch waits for the engine to finish its agents' last requests
 _IDLE_WAIT_S = 120.0
 #: what :func:`_outcome` counts, per batch
-_COUNTS = ("agent_errors", "agent_timeouts", "agent_no_model_call", "context_overflows")
+_COUNTS = (
+    "agent_errors",
+    "agent_timeouts",
+    "agent_no_model_call",
+    "context_overflows",
+    "engine_failures",
+    "rewards_refused",
+)
 
 
-def _outcome(traj: Trajectory, call: _Call, requests: int, limit: float) -> str:
-    """End ``traj`` from its agent call: its rewards, or the failure; what to count."""
+def _outcome(
+    traj: Trajectory,
+    call: _Call,
+    requests: int,
+    limit: float,
+    max_abs: float = float("inf"),
+    engine_failures: int = 0,
+) -> str:
+    """End ``traj`` from its agent call: its rewards, or the failure; what to count.
+    ``engine_failures``: the key's requests the engine failed (503): an agent that
+    raised after one is counted as an engine failure, not an agent error."""
     traj.done = True
     overflowed = traj.end_reason == "context_overflow"  # the gateway refused a prompt
     if overflowed and not traj.turn_spans:
@@ -353,19 +384,24 @@ def _outcome(traj: Trajectory, call: _Call, requests: int, limit: float) -> str:
     if overflowed:  # the turns before the overflow stand; the agent's reward if it gave one
         traj.turn_rewards = [0.0] * len(traj.turn_spans)
         if call.error is None:
-            traj.turn_rewards, traj.success = agent_outcome(call.result, len(traj.turn_spans))
+            traj.turn_rewards, traj.success = agent_outcome(
+                call.result, len(traj.turn_spans), max_abs
+            )
         return "context_overflows"
     if call.error is not None:
+        if engine_failures:
+            _failed(traj, f"agent raised {call.error} after {engine_failures} engine failure(s)")
+            return "engine_failures"
         _failed(traj, f"agent raised {call.error}")
         return "agent_errors"
     if requests == 0 or not traj.turn_spans:
         _failed(traj, "agent: returned without a chat completions request answered")
         return "agent_no_model_call"
     try:
-        traj.turn_rewards, traj.success = agent_outcome(call.result, len(traj.turn_spans))
+        traj.turn_rewards, traj.success = agent_outcome(call.result, len(traj.turn_spans), max_abs)
     except ValueError as err:
         _failed(traj, f"agent returned {_shown(call.result)}: {err}")
-        return "agent_errors"
+        return "rewards_refused" if isinstance(err, RewardOutOfBounds) else "agent_errors"
     traj.end_reason = "terminated"
     return "ok"
 

@@ -212,6 +212,9 @@ _RUN_ROWS = (
     ("env_runners/weights_load_s", "time a runner took to load new weights", "s"),
     ("learners/*/actor_learning_rate", "the actor's learning rate (logged by RLlib)", ""),
     ("learners/*/critic_learning_rate", "the critic's learning rate (logged by RLlib)", ""),
+    ("env_runners/agents/*", "agent programs, per batch: how trajectories ended (agent_errors, "
+     "agent_timeouts, agent_no_model_call, context_overflows, engine_failures, "
+     "rewards_refused), tool_parse_failures, gateway_restarts", "trajectories"),
     ("env_runners/weights_loaded_mid_sample", "weight loads inside a sample "
      "(partial_rollouts)", "loads"),
 )  # fmt: skip

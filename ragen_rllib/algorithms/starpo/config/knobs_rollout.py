@@ -355,6 +355,13 @@ AGENT = knobs(
         "an agent call that has not returned by then fails (its group is dropped)",
     ),
     K(
+        "agent_max_abs_reward",
+        1.0e6,
+        number(0, None, low_open=True),
+        "an agent's reward (or turn reward, or their sum) beyond +-this is refused: the "
+        "trajectory fails and is counted (agents/rewards_refused)",
+    ),
+    K(
         "agent_gateway_host",
         "127.0.0.1",
         custom(
