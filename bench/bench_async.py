@@ -94,10 +94,12 @@ def run_mode(config, warmup: int, iterations: int) -> dict:
 
 #: The Bandit (one turn: one generate call per sample) with the bandit example's batch,
 #: P=8 groups x N=8, one optimizer step per update; no collapse information metrics
-#: (they run the model), no evaluation.
+#: (they run the model), no evaluation; float32 weights on every machine (model_dtype
+#: auto would push bfloat16 ones where the CPU computes it natively).
 DEVICE_TIME_CONFIG = {
     "env": "ragen/Bandit-v0",
     "llm": "builtin",
+    "model_dtype": "float32",
     "env_groups": 8,
     "group_size": 8,
     "max_turns": 1,

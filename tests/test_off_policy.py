@@ -18,7 +18,7 @@ from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 BASE = {"env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "env_groups": 4, "group_size": 4,
         "max_turns": 3, "max_new_tokens": 12, "minibatch_size": 16, "filter_keep_ratio": 1.0,
-        "advantage_estimator": "grpo", "lr": 1e-4, "seed": 5}
+        "advantage_estimator": "grpo", "lr": 1e-4, "seed": 5, "model_dtype": "float32"}
 def learner_logs(over, iterations=1, spy=False):
     algo = StarPOConfig.from_user_dict({**BASE, **over}).build_algo()
     trained = []
@@ -175,7 +175,8 @@ ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
 cfg = StarPOConfig.from_user_dict({
     "env": "ragen/FrozenLakeNoSlip-v0", "llm": "builtin", "env_groups": 2, "group_size": 3,
     "max_turns": 4, "max_new_tokens": 16, "minibatch_size": 6, "advantage_estimator": "grpo",
-    "num_env_runners": 1, "async_rollouts": True, "partial_rollouts": True, "seed": 2})
+    "num_env_runners": 1, "async_rollouts": True, "partial_rollouts": True, "seed": 2,
+    "model_dtype": "float32"})
 runner = LLMEnvRunner(config=cfg, worker_index=1)
 g = torch.Generator().manual_seed(0)
 old = {k: v.detach().clone() for k, v in runner.engine.model.named_parameters()}
