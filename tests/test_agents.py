@@ -86,15 +86,16 @@ def test_an_agents_return_value_becomes_turn_rewards():
 
 
 def test_an_agent_that_raised_after_an_engine_failure_is_counted_as_the_engines():
-    from ragen_rllib.agents.programs import _Call, _outcome
+    from ragen_rllib.agents.outcomes import ended_by
+    from ragen_rllib.agents.programs import _Call
 
     call = _Call(None, "", "", None)
     call.error = "InternalServerError: the engine failed"
     traj = Trajectory(env_id="agent", seed=0, group=0)
-    assert _outcome(traj, call, 1, 10.0, engine_failures=1) == "engine_failures"
+    assert ended_by(traj, call, 1, 10.0, engine_failures=1) == "engine_failures"
     assert "after 1 engine failure" in traj.error
     traj = Trajectory(env_id="agent", seed=0, group=0)
-    assert _outcome(traj, call, 1, 10.0) == "agent_errors"
+    assert ended_by(traj, call, 1, 10.0) == "agent_errors"
 
 
 def test_agent_specs_load_or_name_the_key(tmp_path):

@@ -102,9 +102,33 @@ OK = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         ({**OK, "messages": []}, 400, "empty"),
         ({**OK, "temperature": 0.2}, 400, "temperature 1.0"),
         ({**OK, "top_p": 1.5}, 400, "top_p"),
-        ({**OK, "max_tokens": 10_000}, 400, "1 to 12"),
         ({**OK, "n": 3}, 400, "n=3"),
-        ({**OK, "stream": True}, 400, "stream"),
+        ({**OK, "stop": ["\n"]}, 400, "stop sequences"),
+        ({**OK, "top_logprobs": 5, "logprobs": True}, 400, "top_logprobs=5"),
+        ({**OK, "presence_penalty": 0.5}, 400, "presence_penalty=0.5"),
+        ({**OK, "response_format": {"type": "json_object"}}, 400, "'json_object' is not"),
+        ({**OK, "tool_choice": "required"}, 400, "tool_choice"),
+        (
+            {**OK, "tool_choice": {"type": "function", "function": {"name": "f"}}},
+            400,
+            "constrained decoding",
+        ),
+        (
+            {
+                **OK,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "see"},
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+                        ],
+                    }
+                ],
+            },
+            400,
+            "type 'image_url'",
+        ),
         ({**OK, "messages": [{"role": "user", "content": "lake " * 2000}]}, 400, "max_context"),
         ({**OK, "messages": [{"role": "user", "content": "x" * 70_000}]}, 413, "over"),
         (b'{"model": "m", "messages": ' + b"[" * 30_000, 400, "not JSON"),
@@ -122,6 +146,83 @@ def test_bad_requests_get_a_clear_4xx_and_leave_no_trace(gateway, body, status, 
     assert says in response.json()["error"]["message"]
     trajectory, answered = gateway.close(key)
     assert answered == 0 and trajectory.segments == []
+
+
+# ----- the fields agents send -----------------------------------------------------------
+def _client(gateway, key):
+    return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=30)
+
+
+def test_a_streamed_answer_is_the_recorded_answer(gateway):
+    """stream=true through the openai client: the events put together are the
+    answer the trajectory recorded, with its finish reason and the usage asked."""
+    key = gateway.open(traj())
+    stream = _client(gateway, key).chat.completions.create(
+        model="builtin", messages=[{"role": "user", "content": "Go."}], max_tokens=8,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    usage = [c.usage for c in chunks if c.usage]
+    trajectory, answered = gateway.close(key)
+    ids = trajectory.turn_ids(0)
+    assert answered == 1 and finish in (["stop"], ["length"])
+    assert text == gateway.tokenizer.decode(ids, skip_special_tokens=True)
+    assert len(usage) == 1 and usage[0].completion_tokens == len(ids)
+
+
+def test_logprobs_and_token_ids_are_the_engines_own(gateway):
+    key = gateway.open(traj())
+    out = _client(gateway, key).chat.completions.create(
+        model="builtin", messages=[{"role": "user", "content": "Go."}], max_tokens=8,
+        logprobs=True, extra_body={"return_token_ids": True},
+    )  # fmt: skip
+    trajectory, _ = gateway.close(key)
+    ids = trajectory.turn_ids(0)
+    seg = trajectory.segments[0]
+    start, end = trajectory.turn_spans[0][1:]
+    content = out.choices[0].logprobs.content
+    assert [t.logprob for t in content] == pytest.approx(seg.behaviour_logp[start:end], abs=0)
+    assert out.model_extra["prompt_token_ids"] == seg.input_ids[:start]
+    assert out.choices[0].model_extra["token_ids"] == ids
+    assert [t.token for t in content] == [gateway.tokenizer.decode([i]) for i in ids]
+
+
+def test_max_tokens_above_the_limit_is_clamped_and_counted(gateway):
+    before = gateway.counts["max_tokens_clamped"]
+    key = gateway.open(traj())
+    out = _client(gateway, key).chat.completions.create(
+        model="builtin", messages=[{"role": "user", "content": "Go."}], max_tokens=4096
+    )
+    gateway.close(key)
+    assert out.usage.completion_tokens <= LIMITS.max_new_tokens
+    assert gateway.counts["max_tokens_clamped"] == before + 1
+
+
+def test_fields_agents_send_that_change_nothing_are_accepted(gateway):
+    """tool_choice none/auto, parallel_tool_calls, response_format text, zero
+    penalties and an echoed reasoning_content are answered like a plain request."""
+    key = gateway.open(traj())
+    client = _client(gateway, key)
+    messages = [{"role": "user", "content": "Go."}]
+    out = client.chat.completions.create(
+        model="builtin", messages=messages, max_tokens=4, tool_choice="none",
+        tools=[{"type": "function", "function": {"name": "look", "parameters": {}}}],
+        parallel_tool_calls=False, response_format={"type": "text"}, presence_penalty=0,
+        frequency_penalty=0.0,
+    )  # fmt: skip
+    echoed = {**out.choices[0].message.model_dump(), "reasoning_content": "I thought."}
+    client.chat.completions.create(
+        model="builtin", messages=[*messages, echoed, {"role": "user", "content": "Again."}],
+        max_tokens=4,
+    )  # fmt: skip
+    trajectory, answered = gateway.close(key)
+    # The echoed reasoning_content is not rendered: the second request continues the
+    # first's recorded ids in one segment (tool_choice none rendered no tools there).
+    assert answered == 2 and len(trajectory.segments) == 1
 
 
 def test_overflow_says_its_code(gateway):

@@ -11,11 +11,13 @@ trajectory its API key names (:class:`~ragen_rllib.agents.conversation.Conversat
   unknown key is refused (401), one for a finished trajectory too (409): a
   request never silently starts a trajectory.
 - Sampling is the run's. ``temperature`` and ``top_p`` must be the run's (the
-  learner scores the answers as sampled with them), ``max_tokens`` at most
-  ``max_new_tokens``; beyond, 400 naming the field and what is allowed. So are
-  bad JSON, unknown fields, ``n`` > 1 and streaming; a body over the size
-  limit is 413; a prompt that leaves no room for an answer in
-  ``max_context_tokens`` is 400 with code ``context_length_exceeded``.
+  learner scores the answers as sampled with them); ``max_tokens`` above
+  ``max_new_tokens`` is clamped. What the run cannot honour is a 400 naming the
+  field and what is allowed (:mod:`.gateway_request`, which also serves
+  ``stream``, ``logprobs`` and ``return_token_ids``); so are bad JSON and
+  unknown fields; a body over the size limit is 413; a prompt that leaves no
+  room for an answer in ``max_context_tokens`` is 400 with code
+  ``context_length_exceeded``.
 - Requests from many agents are answered in batches: a request waits a few
   milliseconds for others before the engine runs them together.
 - With ``tools``, the template renders them and the answer's calls come back
@@ -28,63 +30,32 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from ragen_rllib.agents.conversation import ConversationRecorder, message_text
 from ragen_rllib.agents.gateway_batcher import Batcher, BatcherClosed
+from ragen_rllib.agents.gateway_request import (
+    FINISHED,
+    UNKNOWN_KEY,
+    Asked,
+    GatewayError,
+    GatewayLimits,
+    Streamed,
+    completion_body,
+    read_request,
+)
 from ragen_rllib.agents.gateway_schema import ChatRequest
+from ragen_rllib.agents.hosts import WILDCARD_HOSTS, is_loopback, this_machines_address
 from ragen_rllib.chat.tool_calls import parse_tool_calls, template_has_tool_calls
 from ragen_rllib.engines.base import RolloutEngine, SamplingParams
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
-
-UNKNOWN_KEY = "unknown API key: use the key the runner gave the agent"
-FINISHED = "this trajectory is finished; its key takes no requests"
-
-
-class GatewayError(Exception):
-    """A request refused: the HTTP status, and a message naming what was wrong."""
-
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.code = status, message, code
-
-    def body(self) -> dict[str, Any]:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return {"error": {"message": self.message, "type": kind, "code": self.code}}
-
-
-@dataclass(frozen=True)
-class GatewayLimits:
-    """The run's settings a request is held to."""
-
-    model: str
-    temperature: float
-    top_p: float
-    max_new_tokens: int
-    max_context_tokens: int
-    max_body_bytes: int = 1 << 20
-    #: how long a request waits for others to share its engine batch
-    batch_wait_s: float = 0.005
-    max_batch: int = 256
-    #: the longest a request waits for its answer (then 504)
-    answer_timeout_s: float = 600.0
-    #: open connections at most (lowered to half the process's open-file limit)
-    max_connections: int = 1024
-    #: a connection's request headers must be complete this long after it starts
-    header_timeout_s: float = 10.0
-    #: a request's body must be complete this long after its headers (then 408)
-    body_timeout_s: float = 30.0
-    #: requests of one key in flight at once (then 429)
-    max_requests_per_key: int = 4
 
 
 class _Conversation:
@@ -177,33 +148,7 @@ class Gateway:
             raise GatewayError(409, FINISHED)
         return conversation
 
-    def _sampling(self, request: ChatRequest) -> SamplingParams:
-        lim = self.limits
-        if request.n not in (None, 1):
-            raise GatewayError(400, f"n={request.n} is not supported: one answer per request")
-        if request.stream:
-            raise GatewayError(400, "stream=true is not supported: ask without streaming")
-        if request.temperature is not None and request.temperature != lim.temperature:
-            raise GatewayError(
-                400,
-                f"temperature={request.temperature} is not allowed: this run samples at "
-                f"temperature {lim.temperature} (leave it out or send that value)",
-            )
-        if request.top_p is not None and request.top_p != lim.top_p:
-            raise GatewayError(
-                400,
-                f"top_p={request.top_p} is not allowed: this run samples at top_p "
-                f"{lim.top_p} (leave it out or send that value)",
-            )
-        asked = request.max_completion_tokens
-        if asked is None:
-            asked = request.max_tokens
-        if asked is not None and not 1 <= asked <= lim.max_new_tokens:
-            raise GatewayError(400, f"max_tokens={asked} is not allowed: 1 to {lim.max_new_tokens}")
-        budget = lim.max_new_tokens if asked is None else asked
-        return SamplingParams(lim.temperature, lim.top_p, budget)
-
-    def complete(self, key: str | None, body: bytes) -> dict[str, Any]:
+    def complete(self, key: str | None, body: bytes) -> dict[str, Any] | Streamed:
         """Answer one chat completions request (raises :class:`GatewayError`)."""
         try:
             return self._complete(key, body)
@@ -211,7 +156,7 @@ class Gateway:
             self.count(f"refused_{err.status}")
             raise
 
-    def _complete(self, key: str | None, body: bytes) -> dict[str, Any]:
+    def _complete(self, key: str | None, body: bytes) -> dict[str, Any] | Streamed:
         conversation = self._conversation(key)
         if len(body) > self.limits.max_body_bytes:
             raise GatewayError(413, f"the body is over {self.limits.max_body_bytes} bytes")
@@ -226,7 +171,7 @@ class Gateway:
                 f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors()
             )
             raise GatewayError(400, f"invalid request: {where}"[:2000]) from None
-        params = self._sampling(request)
+        params, asked = read_request(request, self.limits, self.count)
         if not request.messages:
             raise GatewayError(400, "messages is empty")
         if not conversation.lock.acquire(blocking=False):
@@ -234,11 +179,17 @@ class Gateway:
         try:
             if conversation.finished:
                 raise GatewayError(409, FINISHED)
-            return self._answer(conversation, request, params)
+            return self._answer(conversation, request, params, asked)
         finally:
             conversation.lock.release()
 
-    def _answer(self, conversation: _Conversation, request: ChatRequest, params: SamplingParams):
+    def _answer(
+        self,
+        conversation: _Conversation,
+        request: ChatRequest,
+        params: SamplingParams,
+        asked: Asked,
+    ):
         messages = []
         for m in request.messages:
             message = m.model_dump(exclude_none=True, include=_KEPT)
@@ -246,6 +197,8 @@ class Gateway:
                 message["content"] = message_text(message["content"])
             messages.append(message)
         tools = [t.model_dump(exclude_none=True) for t in request.tools or []] or None
+        if asked.no_tools:  # tool_choice "none": the template renders no tools
+            tools = None
         recorder = conversation.recorder
         try:
             prompt = recorder.prompt_ids(messages, tools)
@@ -301,18 +254,10 @@ class Gateway:
         conversation.requests += 1
         self.count("requests")
         finish = "length" if cut else ("tool_calls" if reply.get("tool_calls") else "stop")
-        return {
-            "id": f"chatcmpl-{secrets.token_hex(8)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.limits.model,
-            "choices": [{"index": 0, "message": reply, "finish_reason": finish}],
-            "usage": {
-                "prompt_tokens": len(prompt),
-                "completion_tokens": len(generation.ids),
-                "total_tokens": len(prompt) + len(generation.ids),
-            },
-        }
+        body = completion_body(
+            self.limits.model, reply, finish, prompt, generation, asked, self.tokenizer
+        )
+        return Streamed(body, asked.include_usage) if asked.stream else body
 
     # ----- the HTTP server ---------------------------------------------------------
     def serve(self, host: str = "127.0.0.1", port: int = 0, url: str | None = None) -> str:
@@ -355,7 +300,7 @@ class Gateway:
         if url:
             return url.format(port=bound[1])
         if host in WILDCARD_HOSTS:
-            host = _this_machines_address()
+            host = this_machines_address()
         if not is_loopback(host):
             logger.warning(
                 "the agents' gateway listens on %s:%d: anyone who can reach it can connect; "
@@ -381,29 +326,6 @@ class Gateway:
             self._server.should_exit = True
             self._thread.join(timeout=10)
         self._batcher.close()
-
-
-#: hosts that bind every interface, which a client cannot connect to by that name
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine's loopback (reachable from this machine only)."""
-    return host == "localhost" or host.startswith("127.") or host == "::1"
-
-
-def _this_machines_address() -> str:
-    """This machine's address as other hosts reach it: Ray's node address, else the
-    address of the host name, else 127.0.0.1."""
-    try:
-        import ray.util
-
-        return ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - no Ray, or no network: fall back
-        try:
-            return socket.gethostbyname(socket.gethostname())
-        except OSError:
-            return "127.0.0.1"
 
 
 #: the message fields the chat template sees

@@ -21,7 +21,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ragen_rllib.agents.gateway_request import Streamed
 
 #: refusals a retry may fix (a full engine, a key's requests in flight): the others
 #: say ``x-should-retry: false``
@@ -91,9 +93,12 @@ def make_app(gateway: Any, GatewayError: type) -> FastAPI:  # noqa: N803 - a cla
                 return refused(GatewayError(408, late))
             # Each request waits for its batch in a thread: the pool must hold every
             # agent's request at once, or batches stay smaller than the agents.
-            return await anyio.to_thread.run_sync(
+            answer = await anyio.to_thread.run_sync(
                 gateway.complete, key, bytes(body), limiter=limiter
             )
+            if isinstance(answer, Streamed):  # recorded already; sent as events
+                return StreamingResponse(answer.events(), media_type="text/event-stream")
+            return answer
         except GatewayError as err:
             return refused(err)
         finally:

@@ -26,6 +26,7 @@ class Message(BaseModel):
     annotations: list[Any] | None = None
     audio: Any = None
     function_call: Any = None
+    reasoning_content: str | None = None  # what some clients echo back; not rendered
 
 
 class ToolFunction(BaseModel):
@@ -51,5 +52,14 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = None
     n: int | None = None
     stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
     seed: int | None = None
     user: str | None = None
+    stop: str | list[str] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    return_token_ids: bool | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None

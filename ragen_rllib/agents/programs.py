@@ -34,8 +34,6 @@ import importlib.util
 import inspect
 import json
 import logging
-import math
-import numbers
 import sys
 import threading
 import time
@@ -44,9 +42,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ragen_rllib.agents.gateway import Gateway, GatewayLimits
+from ragen_rllib.agents.outcomes import (  # noqa: F401 - agent_outcome is part of the API
+    COUNTS,
+    RewardOutOfBounds,
+    agent_outcome,
+    ended_by,
+    failed,
+)
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -135,62 +138,6 @@ def load_tasks(spec: str, split: str) -> list[Any]:
     return tasks
 
 
-class RewardOutOfBounds(ValueError):
-    """A reward beyond ``agent_max_abs_reward`` (counted apart from other errors)."""
-
-
-def agent_outcome(
-    result: Any, turns: int, max_abs: float = float("inf")
-) -> tuple[list[float], bool]:
-    """An agent's return value -> (per-turn rewards, success); ValueError saying
-    what is allowed, :class:`RewardOutOfBounds` for a reward, a turn reward or their
-    sum beyond ``max_abs`` (which would swamp a group's normalisation)."""
-    allowed = (
-        "an agent returns a number (the reward) or a dict with 'reward', optional "
-        "'turn_rewards' (one number per model call) and 'success'"
-    )
-    if isinstance(result, dict):
-        unknown = set(result) - {"reward", "turn_rewards", "success"}
-        if unknown:
-            raise ValueError(f"unknown keys {sorted(unknown)}: {allowed}")
-        reward = result.get("reward", 0.0)
-        per_turn = result.get("turn_rewards")
-        success = result.get("success")
-    else:
-        reward, per_turn, success = result, None, None
-    if not _is_number(reward):
-        raise ValueError(f"reward {reward!r} is not a finite number: {allowed}")
-    if per_turn is None:
-        rewards = [0.0] * turns
-    else:
-        if not isinstance(per_turn, list | tuple) or not all(_is_number(r) for r in per_turn):
-            raise ValueError(f"turn_rewards must be a list of finite numbers: {allowed}")
-        if len(per_turn) != turns:
-            raise ValueError(f"{len(per_turn)} turn_rewards for {turns} model calls: {allowed}")
-        rewards = [float(r) for r in per_turn]
-    rewards[-1] += float(reward)
-    for value in (reward, *rewards, sum(rewards)):
-        if abs(float(value)) > max_abs:
-            raise RewardOutOfBounds(
-                f"reward {float(value):g} is beyond agent_max_abs_reward={max_abs:g}"
-            )
-    if success is None:
-        success = sum(rewards) > 0
-    elif not isinstance(success, bool | np.bool_):
-        raise ValueError(f"success {success!r} is not a bool: {allowed}")
-    return rewards, bool(success)
-
-
-def _is_number(value: Any) -> bool:
-    """A finite real number (numpy's included, bools not)."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
-
-
 def _call_agent(agent: Callable[..., Any], base_url: str, key: str, task: Any) -> Any:
     out = agent(base_url, key, task)
     if inspect.isawaitable(out):
@@ -247,6 +194,7 @@ class AgentRollouts:
             max_connections=int(cfg.agent_gateway_max_connections),
             header_timeout_s=float(cfg.agent_gateway_header_timeout_s),
             body_timeout_s=float(cfg.agent_gateway_body_timeout_s),
+            max_tokens_over_limit=str(cfg.agent_max_tokens_over_limit),
         )
         if self.gateway is not None and not self.gateway.serving:
             logger.warning("the agents' gateway stopped; starting a new one")
@@ -306,13 +254,13 @@ class AgentRollouts:
             call.join(max(0.0, deadline - time.monotonic()))
             traj, requests = gateway.close(key)
             try:
-                counts[_outcome(
+                counts[ended_by(
                     traj, call, requests, limit, float(self.config.agent_max_abs_reward),
                     gateway.engine_failures_of(key),
                 )] += 1  # fmt: skip
             except Exception as err:  # noqa: BLE001 - whatever the agent's value does
                 counts["agent_errors"] += 1
-                _failed(traj, f"agent's result could not be read: {type(err).__name__}")
+                failed(traj, f"agent's result could not be read: {type(err).__name__}")
         # A request that timed out may still be generating: the engine is the runner's
         # again (new weights, sleep, cache) only once it is done.
         idle_wait = max(_IDLE_WAIT_S, limit)
@@ -323,7 +271,7 @@ class AgentRollouts:
             )
         self.engine.clear_cache()  # the batch's conversations (the gateway's own clear at
         # its last close can come before a timed-out request's late generation)
-        out = {name: counts[name] for name in _COUNTS}
+        out = {name: counts[name] for name in COUNTS}
         out["tool_parse_failures"] = gateway.counts["tool_parse_failures"] - counts_before.get(
             "tool_parse_failures", 0
         )
@@ -350,70 +298,3 @@ def _task_name(task: Any, agent: str) -> str:
 
 #: the least time a batch waits for the engine to finish its agents' last requests
 _IDLE_WAIT_S = 120.0
-#: what :func:`_outcome` counts, per batch
-_COUNTS = (
-    "agent_errors",
-    "agent_timeouts",
-    "agent_no_model_call",
-    "context_overflows",
-    "engine_failures",
-    "rewards_refused",
-)
-
-
-def _outcome(
-    traj: Trajectory,
-    call: _Call,
-    requests: int,
-    limit: float,
-    max_abs: float = float("inf"),
-    engine_failures: int = 0,
-) -> str:
-    """End ``traj`` from its agent call: its rewards, or the failure; what to count.
-    ``engine_failures``: the key's requests the engine failed (503): an agent that
-    raised after one is counted as an engine failure, not an agent error."""
-    traj.done = True
-    overflowed = traj.end_reason == "context_overflow"  # the gateway refused a prompt
-    if overflowed and not traj.turn_spans:
-        _failed(traj, "agent: its first prompt leaves no room for an answer in max_context_tokens")
-        traj.end_reason = "context_overflow"  # unplayable: its group is dropped
-        return "context_overflows"
-    if call.is_alive():
-        _failed(traj, f"agent: no return within agent_timeout_s={limit:g}")
-        return "agent_timeouts"
-    if overflowed:  # the turns before the overflow stand; the agent's reward if it gave one
-        traj.turn_rewards = [0.0] * len(traj.turn_spans)
-        if call.error is None:
-            traj.turn_rewards, traj.success = agent_outcome(
-                call.result, len(traj.turn_spans), max_abs
-            )
-        return "context_overflows"
-    if call.error is not None:
-        if engine_failures:
-            _failed(traj, f"agent raised {call.error} after {engine_failures} engine failure(s)")
-            return "engine_failures"
-        _failed(traj, f"agent raised {call.error}")
-        return "agent_errors"
-    if requests == 0 or not traj.turn_spans:
-        _failed(traj, "agent: returned without a chat completions request answered")
-        return "agent_no_model_call"
-    try:
-        traj.turn_rewards, traj.success = agent_outcome(call.result, len(traj.turn_spans), max_abs)
-    except ValueError as err:
-        _failed(traj, f"agent returned {_shown(call.result)}: {err}")
-        return "rewards_refused" if isinstance(err, RewardOutOfBounds) else "agent_errors"
-    traj.end_reason = "terminated"
-    return "ok"
-
-
-def _shown(value: Any) -> str:
-    try:
-        return repr(value)[:200]
-    except Exception:  # noqa: BLE001 - a user object whose repr fails
-        return f"a {type(value).__name__}"
-
-
-def _failed(traj: Trajectory, why: str) -> None:
-    logger.warning("agent trajectory (seed %d): %s; its group is dropped", traj.seed, why)
-    traj.turn_rewards = [0.0] * len(traj.turn_spans)
-    traj.error, traj.success, traj.end_reason = why, False, "env_error"

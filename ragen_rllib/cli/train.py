@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from ragen_rllib.agents.gateway import is_loopback
+from ragen_rllib.agents.hosts import is_loopback
 from ragen_rllib.algorithms.starpo.checkpoint import (
     CorruptCheckpointError,
     OldLayoutCheckpointError,

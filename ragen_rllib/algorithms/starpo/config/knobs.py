@@ -13,11 +13,18 @@ import functools
 import textwrap
 from typing import Any
 
-from ragen_rllib.algorithms.starpo.config import knobs_rollout, knobs_run, knobs_training
+from ragen_rllib.algorithms.starpo.config import (
+    knobs_agents,
+    knobs_rollout,
+    knobs_run,
+    knobs_training,
+)
 from ragen_rllib.algorithms.starpo.config.knob import RLLIB_OWN, Knob
 from ragen_rllib.algorithms.starpo.config.rules import Rule
 
-KNOBS: dict[str, Knob] = {k.name: k for k in knobs_rollout.ALL + knobs_training.ALL + knobs_run.ALL}
+KNOBS: dict[str, Knob] = {
+    k.name: k for k in knobs_rollout.ALL + knobs_agents.ALL + knobs_training.ALL + knobs_run.ALL
+}
 #: StarPO's own knobs and their defaults (attributes RLlib's config lacks).
 STARPO_DEFAULTS: dict[str, Any] = {}
 #: RLlib settings whose default StarPO sets (the paper's values and the project's).
