@@ -41,12 +41,14 @@ from ragen_rllib.agents.conversation import ConversationRecorder, message_text
 from ragen_rllib.agents.gateway_batcher import Batcher, BatcherClosed
 from ragen_rllib.agents.gateway_request import (
     FINISHED,
+    OVERFLOWED,
     UNKNOWN_KEY,
     Asked,
     GatewayError,
     GatewayLimits,
     Streamed,
     completion_body,
+    control_tokens,
     read_request,
 )
 from ragen_rllib.agents.gateway_schema import ChatRequest
@@ -66,6 +68,7 @@ class _Conversation:
         self.requests = 0
         self.engine_failures = 0  # requests the engine failed (503)
         self.deadline = deadline  # time.monotonic() after which a request is not answered
+        self.overflowed = False  # a prompt overflowed the context: the trajectory ended
 
 
 class Gateway:
@@ -74,6 +77,7 @@ class Gateway:
     def __init__(self, engine: RolloutEngine, tokenizer: Any, limits: GatewayLimits, seed: int = 0):
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits
         self.tools_supported = template_has_tool_calls(getattr(tokenizer, "chat_template", None))
+        self._control_tokens = control_tokens(tokenizer)
         self._conversations: dict[str, _Conversation] = {}
         self._finished: set[str] = set()  # closed keys (a request with one gets 409)
         self._engine_failed: dict[str, int] = {}  # closed keys the engine failed, how often
@@ -190,11 +194,20 @@ class Gateway:
         params: SamplingParams,
         asked: Asked,
     ):
+        if conversation.overflowed:
+            raise GatewayError(409, OVERFLOWED)
         messages = []
-        for m in request.messages:
+        for i, m in enumerate(request.messages):
             message = m.model_dump(exclude_none=True, include=_KEPT)
             if isinstance(message.get("content"), list):  # text parts: one text
                 message["content"] = message_text(message["content"])
+            found = [t for t in self._control_tokens if t in (message.get("content") or "")]
+            if found:  # the template would encode it as the control token itself
+                self.count("control_tokens_refused")
+                raise GatewayError(
+                    400, f"messages[{i}] contains the chat control token {found[0]!r}: it "
+                    "would forge the conversation's structure; remove or escape it"
+                )  # fmt: skip
             messages.append(message)
         tools = [t.model_dump(exclude_none=True) for t in request.tools or []] or None
         if asked.no_tools:  # tool_choice "none": the template renders no tools
@@ -208,6 +221,7 @@ class Gateway:
             ) from None
         room = self.limits.max_context_tokens - len(prompt)
         if room < 1:
+            conversation.overflowed = True  # no later request is recorded
             conversation.recorder.trajectory.end_reason = "context_overflow"
             self.count("context_overflows")
             raise GatewayError(

@@ -35,6 +35,10 @@ from ragen_rllib.engines.base import SamplingParams
 
 UNKNOWN_KEY = "unknown API key: use the key the runner gave the agent"
 FINISHED = "this trajectory is finished; its key takes no requests"
+OVERFLOWED = (
+    "this trajectory ended when a prompt overflowed max_context_tokens; its key takes no "
+    "more requests"
+)
 
 
 class GatewayError(Exception):
@@ -74,6 +78,16 @@ class GatewayLimits:
     max_requests_per_key: int = 4
     #: a max_tokens above max_new_tokens: "clamp" to it (counted) or "refuse" (400)
     max_tokens_over_limit: str = "clamp"
+
+
+def control_tokens(tokenizer) -> list[str]:
+    """The tokenizer's special tokens as text (``<|im_start|>``...), longest first: in
+    a message's content the chat template would encode them as the tokens themselves."""
+    found = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            found.add(str(token.content))
+    return sorted((t for t in found if t), key=len, reverse=True)
 
 
 @dataclass(frozen=True)
