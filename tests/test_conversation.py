@@ -114,6 +114,8 @@ def test_a_history_rendered_differently_starts_a_segment(tokenizer, change):
     a3 = tok.encode("Left.", add_special_tokens=False) + [tok.eos_token_id]
     answer(rec, tok, a3, "Left.")
     assert rec.segments_started == 2 and len(traj.segments) == 2
+    why = "tools_changed" if change == "new tools" else "history_edited"
+    assert rec.restarts == {why: 1}  # counted with its reason; the first is no restart
     # The new segment is the request as rendered, all context, then its answer; the
     # answers sampled before stay in the first segment exactly as sampled.
     assert traj.segments[1].input_ids == ids3 + a3
@@ -121,6 +123,31 @@ def test_a_history_rendered_differently_starts_a_segment(tokenizer, change):
     assert generated_ids(traj) == [a1 + a2, a3]
     # Turns are answers; their rewards come with the agent's result.
     assert [span[0] for span in traj.turn_spans] == [0, 0, 1]
+
+
+def test_a_template_that_rerenders_history_restarts_each_turn_and_says_so(tokenizer):
+    """A template that drops earlier think blocks (as Qwen3's does) renders the last
+    answer differently once a message follows it: every turn starts a segment, and
+    each restart is counted as template_rerendered."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = (
+        "{% for m in messages %}{% set c = m['content'] %}"
+        "{% if m['role'] == 'assistant' and not loop.last %}"
+        "{% set c = c.split('</think>')[-1] %}{% endif %}"
+        "<|im_start|>{{ m['role'] }}\n{{ c }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    rec = recorder(tok)
+    messages = [{"role": "user", "content": "Turn 1"}]
+    for turn in range(3):
+        rec.prompt_ids(messages)
+        ids = tok.encode("<think> hm </think> Right.", add_special_tokens=False)
+        reply = answer(rec, tok, [*ids, tok.eos_token_id], "<think> hm </think> Right.")
+        messages = [*messages, reply, {"role": "user", "content": f"Turn {turn + 2}"}]
+    assert rec.segments_started == 3
+    assert rec.restarts == {"template_rerendered": 2}
 
 
 def test_tool_calls_compare_by_name_and_parsed_arguments():

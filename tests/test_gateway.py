@@ -68,6 +68,7 @@ def test_an_openai_client_conversation_is_recorded_token_in_token_out(gateway):
 
 
 def test_a_rerendered_history_opens_a_segment_over_http(gateway):
+    before = dict(gateway.counts)
     key = gateway.open(traj())
     client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
     first = [{"role": "user", "content": "Where to?"}]
@@ -78,6 +79,9 @@ def test_a_rerendered_history_opens_a_segment_over_http(gateway):
     trajectory, _ = gateway.close(key)
     assert len(trajectory.segments) == 2
     assert [span[0] for span in trajectory.turn_spans] == [0, 1]
+    # The restart is counted with its reason (the first segment is no restart).
+    grown = {k: v - before.get(k, 0) for k, v in gateway.counts.items() if "segment_restarts" in k}
+    assert grown == {"segment_restarts_answer_edited": 1}, grown
 
 
 def post(gateway, key, body, raw=False):

@@ -26,6 +26,7 @@ estimators, filters and dumps read it unchanged.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,12 @@ class _Answered:
     reply: dict[str, Any]
 
 
+#: why a request starts a new segment: the tools changed, an earlier message was
+#: edited or dropped, the last answer was edited, or the chat template renders the
+#: history differently once it grows (one that drops earlier think blocks)
+RESTART_REASONS = ("tools_changed", "history_edited", "answer_edited", "template_rerendered")
+
+
 class ConversationRecorder:
     """One agent conversation, recorded into ``trajectory`` request by request.
 
@@ -105,6 +112,9 @@ class ConversationRecorder:
         #: extend the recorded ones (None: the prompt opens a new segment)
         self._pending: tuple[list[dict[str, Any]], Any, list[int], list[int] | None] | None = None
         self.segments_started = 0
+        #: segments started after the first, by why the request did not continue
+        self.restarts: Counter[str] = Counter()
+        self._why = "first"
 
     def _render(self, messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
         kwargs = {"tools": tools} if tools else {}
@@ -115,26 +125,31 @@ class ConversationRecorder:
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
 
-    def _extension(self, messages: list[dict[str, Any]], tools: Any) -> list[int] | None:
-        """The ids to append after the last answer, or None if the request does not
-        continue the recorded conversation."""
+    def _extension(
+        self, messages: list[dict[str, Any]], tools: Any
+    ) -> tuple[list[int] | None, str]:
+        """The ids to append after the last answer, or None and why the request does
+        not continue the recorded conversation (a :data:`RESTART_REASONS` entry)."""
         last = self._last
-        if last is None or tools != last.tools:
-            return None
+        if last is None:
+            return None, "first"
+        if tools != last.tools:
+            return None, "tools_changed"
         k = len(last.messages)
         if len(messages) < k + 2 or messages[:k] != last.messages:
-            return None
+            return None, "history_edited"
         if not same_answer(messages[k], last.reply):
-            return None
+            return None, "answer_edited"
         whole = self._render(messages, tools, generation=True)
         head = self._render(messages[: k + 1], tools, generation=False)
         if not (whole.startswith(head) and head.endswith(self._chat.assistant_suffix)):
-            return None  # the template does not render the history in order
-        return self._chat.closing_ids(last.ended_with_eos) + self._encode(whole[len(head) :])
+            return None, "template_rerendered"  # the template does not render in order
+        ids = self._chat.closing_ids(last.ended_with_eos) + self._encode(whole[len(head) :])
+        return ids, ""
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
         """The ids the engine continues for this request (and the trajectory's context)."""
-        extension = self._extension(messages, tools)
+        extension, self._why = self._extension(messages, tools)
         if extension is not None:
             last = self._last
             ids = last.prompt_ids + last.answer_ids + extension
@@ -165,6 +180,8 @@ class ConversationRecorder:
         else:
             self.trajectory.start_segment(ids)
             self.segments_started += 1
+            if self._why != "first":
+                self.restarts[self._why] += 1
         traj = self.trajectory
         traj.append_generation(list(answer_ids), list(behaviour_logp), version=version, cut=cut)
         # What the dumps and the report show of a turn: the message it answered and

@@ -118,6 +118,8 @@ class Gateway:
             self._finished.add(key)
             if conversation.engine_failures:
                 self._engine_failed[key] = conversation.engine_failures
+            for reason, n in conversation.recorder.restarts.items():
+                self.counts[f"segment_restarts_{reason}"] += n
             if not self._conversations:  # nothing in flight: the prefix cache may go
                 self.engine.clear_cache()
         return conversation.recorder.trajectory, conversation.requests

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ragen_rllib.agents.conversation import RESTART_REASONS
 from ragen_rllib.agents.gateway import Gateway, GatewayLimits
 from ragen_rllib.agents.outcomes import (  # noqa: F401 - agent_outcome is part of the API
     COUNTS,
@@ -272,9 +273,10 @@ class AgentRollouts:
         self.engine.clear_cache()  # the batch's conversations (the gateway's own clear at
         # its last close can come before a timed-out request's late generation)
         out = {name: counts[name] for name in COUNTS}
-        out["tool_parse_failures"] = gateway.counts["tool_parse_failures"] - counts_before.get(
-            "tool_parse_failures", 0
-        )
+        # The gateway's own counts, this batch's part: tool calls that did not parse, and
+        # segments restarted by why (each restart is a context the policy sees again).
+        for name in ("tool_parse_failures", *(f"segment_restarts_{r}" for r in RESTART_REASONS)):
+            out[name] = gateway.counts[name] - counts_before.get(name, 0)
         out["gateway_restarts"] = self.restarts
         if log is not None:
             metrics, log_sampling = log
