@@ -104,3 +104,14 @@ def test_model_dtype_auto_takes_bfloat16_only_where_it_is_native(monkeypatch):
             {"env": "ragen/Bandit-v0", "model_dtype": "float32", "engine_dtype": "bfloat16"}
         )
         assert (pinned.model_dtype_used, pinned.engine_dtype_used) == ("float32", "bfloat16")
+
+
+def test_an_agents_trial_is_named_after_the_agent_not_the_unused_env():
+    from types import SimpleNamespace
+
+    from ragen_rllib.cli.train import _agent_trial_dir
+
+    for spec, name in (("tuned_examples/agents/search_agent.py:run", "search_agent-run"),
+                       ("my_pkg.agents:play", "agents-play")):  # fmt: skip
+        trial = SimpleNamespace(config={"agent": spec}, trainable_name="StarPO", trial_id="a1")
+        assert _agent_trial_dir(trial) == f"StarPO_agent-{name}_a1"

@@ -294,7 +294,9 @@ def train(args: argparse.Namespace) -> int:
                 exp["run"],  # resolved through Tune's registry, like any registered trainable
                 param_space=param_space(*configs[name]),
                 # An agent's trials are named after it (Tune would name the unused env).
-                tune_config=tune.TuneConfig(trial_dirname_creator=_agent_trial_dir)
+                tune_config=tune.TuneConfig(
+                    trial_name_creator=_agent_trial_dir, trial_dirname_creator=_agent_trial_dir
+                )
                 if configs[name][0].agent
                 else None,
                 run_config=tune.RunConfig(
@@ -325,8 +327,9 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _agent_trial_dir(trial) -> str:
-    """``StarPO_agent-<module>-<function>_<trial id>``: a trial folder named after its
-    agent (``search_agent.py:run`` -> ``agent-search_agent-run``)."""
+    """``StarPO_agent-<module>-<function>_<trial id>``: a trial (its folder, and its name
+    in Tune's log lines) named after its agent (``search_agent.py:run`` ->
+    ``agent-search_agent-run``)."""
     where, _, function = str(trial.config.get("agent", "")).rpartition(":")
     module = Path(where).stem if where.endswith(".py") else where.rpartition(".")[2]
     return f"{trial.trainable_name}_agent-{module}-{function}_{trial.trial_id}"
