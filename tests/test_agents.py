@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import ast
 import json
+import multiprocessing
+import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -86,8 +89,8 @@ def test_an_agents_return_value_becomes_turn_rewards():
 
 
 def test_an_agent_that_raised_after_an_engine_failure_is_counted_as_the_engines():
+    from ragen_rllib.agents.calls import _Call
     from ragen_rllib.agents.outcomes import ended_by
-    from ragen_rllib.agents.programs import _Call
 
     call = _Call(None, "", "", None)
     call.error = "InternalServerError: the engine failed"
@@ -201,7 +204,8 @@ def test_an_agent_that_rewrites_its_history_gets_a_new_segment(tmp_path):
     runner.stop()
 
 
-def test_failing_agents_drop_their_groups_and_are_counted(tmp_path):
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_failing_agents_drop_their_groups_and_are_counted(tmp_path, isolation):
     cfg = agent_config(
         tmp_path,
         {"mode": "talk", "word": "up", "turns": 1},
@@ -212,6 +216,7 @@ def test_failing_agents_drop_their_groups_and_are_counted(tmp_path):
         {"split": "eval", "word": "up"},
         agent_timeout_s=4,
         max_env_error_share=1.0,
+        agent_isolation=isolation,
     )
     runner, trajs = play(cfg, [0, 0, 1, 1, 2, 2, 3, 3, 4, 4])
     reasons = [t.end_reason for t in trajs]
@@ -226,10 +231,37 @@ def test_failing_agents_drop_their_groups_and_are_counted(tmp_path):
         2,
         2,
     )
+    if isolation == "process":  # the two hung agents' processes were killed at 4 s
+        assert counts["agents_killed"] == 2 and counts["hung_threads"] == 0
+        assert multiprocessing.active_children() == []
+    else:  # their threads sleep on: counted, not stopped
+        assert counts["agents_killed"] == 0 and counts["hung_threads"] == 2
     metrics = MetricsLogger()
     build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs, metrics=metrics)
     assert [t.end_reason for t in trajs] == ["terminated"] * 2  # only group 0 is trained
     assert metrics.peek(("rollout", "env_error_groups_dropped")) == 4
+    runner.stop()
+
+
+def test_hung_agents_in_processes_leave_no_thread_or_descriptor_behind(tmp_path):
+    """agent_isolation: process over four batches, each with two agents that hang past
+    their timeout: the runner's threads and open descriptors after the fourth batch are
+    those after the first, and no agent process is left."""
+    cfg = agent_config(
+        tmp_path, {"mode": "talk", "word": "up", "turns": 1}, {"mode": "hang", "seconds": 600},
+        {"split": "eval", "word": "up"}, agent_timeout_s=2, max_env_error_share=1.0,
+        agent_isolation="process",
+    )  # fmt: skip
+    runner, _ = play(cfg, [0, 0, 1, 1])
+    threads, fds = threading.active_count(), len(os.listdir("/proc/self/fd"))
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+    for _ in range(3):
+        trajs = runner.run_episodes([0, 0, 1, 1], [0, 0, 1, 1], params, sample_seed=0)
+        assert [t.end_reason for t in trajs] == ["terminated"] * 2 + ["env_error"] * 2
+    assert runner.get_metrics()["agents"]["agents_killed"] == 2
+    assert threading.active_count() == threads
+    assert len(os.listdir("/proc/self/fd")) <= fds
+    assert multiprocessing.active_children() == []
     runner.stop()
 
 

@@ -31,3 +31,18 @@ def test_the_connection_flood_bench_runs_and_the_gateway_holds(tmp_path):
     assert out["open_file_during"] and out["request_s_during"] > 0
     assert out["log_records_during"] <= 2
     assert out["gateway_counts"]["connections_evicted"] > 0
+
+
+def test_the_agent_isolation_bench_runs_and_processes_leave_nothing(tmp_path):
+    """bench/bench_agent_isolation.py at a small size: with worker processes the
+    hung agents are killed and the runner's threads and descriptors do not grow; with
+    threads they are left running, one thread per hung call."""
+    out = run_bench(
+        tmp_path, "bench_agent_isolation.py",
+        "--batches", "3", "--batch", "4", "--hang-every", "2", "--timeout", "2",
+    )  # fmt: skip
+    proc, thread = out["process"], out["thread"]
+    assert proc["agents_killed"] == proc["agent_timeouts"] == 6
+    assert proc["after_last_batch"]["threads"] == proc["after_first_batch"]["threads"]
+    assert proc["after_last_batch"]["fds"] <= proc["after_first_batch"]["fds"]
+    assert thread["agents_killed"] == 0 and thread["hung_threads_at_end"] == 6

@@ -28,13 +28,8 @@ ended is refused (409).
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import importlib.util
-import inspect
 import json
 import logging
-import sys
 import threading
 import time
 from collections import Counter
@@ -42,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ragen_rllib.agents.calls import _Call, _ProcessCall, load_callable
 from ragen_rllib.agents.conversation import RESTART_REASONS
 from ragen_rllib.agents.gateway import Gateway, GatewayLimits
 from ragen_rllib.agents.outcomes import (  # noqa: F401 - agent_outcome is part of the API
@@ -56,42 +52,6 @@ from ragen_rllib.records.trajectory import Trajectory
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "eval")
-
-
-def load_callable(spec: str, key: str) -> Callable[..., Any]:
-    """``module:function`` or ``path/to/file.py:function`` -> the function; ValueError
-    naming ``key`` and what is allowed otherwise."""
-    allowed = "'module:function' or 'path/to/file.py:function'"
-    if not isinstance(spec, str) or spec.count(":") != 1:
-        raise ValueError(f"config {key}={spec!r} is invalid: must be {allowed}")
-    where, name = spec.split(":")
-    try:
-        if where.endswith(".py"):
-            path = Path(where).resolve()
-            module_name = f"_ragen_agent_{abs(hash(str(path)))}"
-            module = sys.modules.get(module_name)
-            if module is None:
-                loader_spec = importlib.util.spec_from_file_location(module_name, path)
-                if loader_spec is None or not path.is_file():
-                    raise FileNotFoundError(f"no file {path}")
-                module = importlib.util.module_from_spec(loader_spec)
-                sys.modules[module_name] = module
-                try:
-                    loader_spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[module_name]
-                    raise
-        else:
-            module = importlib.import_module(where)
-    except Exception as err:  # noqa: BLE001 - whatever importing the user's code raises
-        raise ValueError(
-            f"config {key}={spec!r} is invalid: importing {where!r} failed: "
-            f"{type(err).__name__}: {err}"
-        ) from err
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise ValueError(f"config {key}={spec!r} is invalid: {where!r} has no function {name!r}")
-    return function
 
 
 def resolve_path(spec: Any) -> Any:
@@ -139,33 +99,6 @@ def load_tasks(spec: str, split: str) -> list[Any]:
     return tasks
 
 
-def _call_agent(agent: Callable[..., Any], base_url: str, key: str, task: Any) -> Any:
-    out = agent(base_url, key, task)
-    if inspect.isawaitable(out):
-        out = asyncio.run(_awaited(out))
-    return out
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
-
-
-class _Call(threading.Thread):
-    """One agent call in its own (daemon) thread: a hung agent cannot hold the runner."""
-
-    def __init__(self, agent, base_url: str, key: str, task: Any) -> None:
-        super().__init__(name="agent", daemon=True)
-        self.args = (agent, base_url, key, task)
-        self.result: Any = None
-        self.error: str | None = None
-
-    def run(self) -> None:
-        try:
-            self.result = _call_agent(*self.args)
-        except BaseException as err:  # noqa: BLE001 - the user's code, whatever it raises
-            self.error = f"{type(err).__name__}: {err}"[:500]
-
-
 class AgentRollouts:
     """Plays a batch of trajectories by calling the agent, behind a gateway of this
     runner's engine (started on first use, and again if its server has died)."""
@@ -177,6 +110,22 @@ class AgentRollouts:
         self.gateway: Gateway | None = None
         self.base_url = ""
         self.restarts = 0
+        self._hung: list[threading.Thread] = []  # thread-mode agent calls past their timeout
+        self._hung_warned = 0
+
+    def _count_hung(self, calls: list[threading.Thread]) -> int:
+        """Agent threads still running past their timeout (thread isolation cannot end
+        them), this batch's and earlier ones'; warned as they double."""
+        self._hung = [t for t in [*self._hung, *calls] if t.is_alive()]
+        n = len(self._hung)
+        if n >= max(4, 2 * self._hung_warned):
+            self._hung_warned = n
+            logger.warning(
+                "%d agent threads are still running past agent_timeout_s (a thread cannot be "
+                "stopped); set agent_isolation: process to end hung agents at their timeout",
+                n,
+            )
+        return n
 
     def tasks(self, split: str) -> list[Any]:
         if split not in self._tasks:
@@ -246,7 +195,11 @@ class AgentRollouts:
                 policy_version=self.engine.policy_version,
             )
             key = gateway.open(traj, deadline=deadline)
-            calls.append((key, _Call(self.agent, self.base_url, key, task)))
+            if self.config.agent_isolation == "process":
+                call = _ProcessCall(self.config.agent, self.base_url, key, task)
+            else:
+                call = _Call(self.agent, self.base_url, key, task)
+            calls.append((key, call))
             trajs.append(traj)
         for _, call in calls:
             call.start()
@@ -278,6 +231,8 @@ class AgentRollouts:
         for name in ("tool_parse_failures", *(f"segment_restarts_{r}" for r in RESTART_REASONS)):
             out[name] = gateway.counts[name] - counts_before.get(name, 0)
         out["gateway_restarts"] = self.restarts
+        out["agents_killed"] = sum(bool(getattr(call, "killed", False)) for _, call in calls)
+        out["hung_threads"] = self._count_hung([c for _, c in calls if isinstance(c, _Call)])
         if log is not None:
             metrics, log_sampling = log
             generated = sum(t.response_tokens for t in trajs)

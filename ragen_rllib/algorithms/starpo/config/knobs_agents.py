@@ -44,6 +44,14 @@ AGENT = knobs(
         "an agent call that has not returned by then fails (its group is dropped)",
     ),
     K(
+        "agent_isolation",
+        "thread",
+        choice(("thread", "process")),
+        "where an agent call runs: a thread (cheapest; a hung agent's thread is left "
+        "running, counted as agents/hung_threads) or a worker process killed at "
+        "agent_timeout_s (agents/agents_killed)",
+    ),
+    K(
         "agent_max_abs_reward",
         1.0e6,
         number(0, None, low_open=True),

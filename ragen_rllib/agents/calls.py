@@ -1,0 +1,158 @@
+"""Where an agent call runs: a thread (:class:`_Call`, the cheapest; Python cannot
+stop a thread, so a hung agent's thread runs on) or a worker process
+(:class:`_ProcessCall`, ``agent_isolation: process``) killed at the call's timeout.
+Both give the agent's result or its error the same way; :func:`load_callable`
+reads an ``agent``/``agent_tasks`` spec."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def load_callable(spec: str, key: str) -> Callable[..., Any]:
+    """``module:function`` or ``path/to/file.py:function`` -> the function; ValueError
+    naming ``key`` and what is allowed otherwise."""
+    allowed = "'module:function' or 'path/to/file.py:function'"
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ValueError(f"config {key}={spec!r} is invalid: must be {allowed}")
+    where, name = spec.split(":")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).resolve()
+            module_name = f"_ragen_agent_{abs(hash(str(path)))}"
+            module = sys.modules.get(module_name)
+            if module is None:
+                loader_spec = importlib.util.spec_from_file_location(module_name, path)
+                if loader_spec is None or not path.is_file():
+                    raise FileNotFoundError(f"no file {path}")
+                module = importlib.util.module_from_spec(loader_spec)
+                sys.modules[module_name] = module
+                try:
+                    loader_spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[module_name]
+                    raise
+        else:
+            module = importlib.import_module(where)
+    except Exception as err:  # noqa: BLE001 - whatever importing the user's code raises
+        raise ValueError(
+            f"config {key}={spec!r} is invalid: importing {where!r} failed: "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"config {key}={spec!r} is invalid: {where!r} has no function {name!r}")
+    return function
+
+
+def _call_agent(agent: Callable[..., Any], base_url: str, key: str, task: Any) -> Any:
+    out = agent(base_url, key, task)
+    if inspect.isawaitable(out):
+        out = asyncio.run(_awaited(out))
+    return out
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class _Call(threading.Thread):
+    """One agent call in its own (daemon) thread: a hung agent cannot hold the runner."""
+
+    def __init__(self, agent, base_url: str, key: str, task: Any) -> None:
+        super().__init__(name="agent", daemon=True)
+        self.args = (agent, base_url, key, task)
+        self.result: Any = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = _call_agent(*self.args)
+        except BaseException as err:  # noqa: BLE001 - the user's code, whatever it raises
+            self.error = f"{type(err).__name__}: {err}"[:500]
+
+
+def _run_in_child(spec: str, base_url: str, key: str, task: Any, conn) -> None:
+    """A worker process's agent call: the result (or the error) back through ``conn``."""
+    try:
+        result = _call_agent(load_callable(spec, "agent"), base_url, key, task)
+        conn.send(("ok", result))
+    except BaseException as err:  # noqa: BLE001 - the user's code, whatever it raises
+        try:
+            conn.send(("error", f"{type(err).__name__}: {err}"[:500]))
+        except Exception:  # noqa: BLE001 - the pipe is gone: the parent sees no answer
+            pass
+    finally:
+        conn.close()
+
+
+class _ProcessCall:
+    """One agent call in a worker process (``agent_isolation: process``): at its
+    timeout the process is killed, so a hung agent holds no thread, descriptor or
+    memory afterwards. Same interface as :class:`_Call`; ``is_alive()`` is whether
+    the call has not returned (killed at its timeout included)."""
+
+    _context = None
+
+    def __init__(self, spec: str, base_url: str, key: str, task: Any) -> None:
+        ctx = _ProcessCall.context()
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(
+            target=_run_in_child, args=(spec, base_url, key, task, child), daemon=True
+        )
+        self._child = child
+        self.result: Any = None
+        self.error: str | None = None
+        self.killed = False
+        self._returned = False
+
+    @classmethod
+    def context(cls):
+        """The forkserver context (a fork of a clean server process, not of this one
+        with its threads), the package and the openai client loaded in it once."""
+        if cls._context is None:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("forkserver")
+            preload = ["ragen_rllib.agents.programs"]
+            if importlib.util.find_spec("openai") is not None:
+                preload.append("openai")
+            ctx.set_forkserver_preload(preload)
+            cls._context = ctx
+        return cls._context
+
+    def start(self) -> None:
+        self._process.start()
+        self._child.close()  # the child's end lives in the child now
+
+    def join(self, timeout: float) -> None:
+        try:
+            if self._conn.poll(timeout):
+                kind, value = self._conn.recv()
+                self._returned = True
+                if kind == "ok":
+                    self.result = value
+                else:
+                    self.error = value
+        except (EOFError, OSError):  # the process ended without an answer
+            self._returned = True
+            self.error = (
+                f"the agent's process ended without a result (exit code {self._process.exitcode})"
+            )
+        finally:
+            if self._process.is_alive() and not self._returned:
+                self._process.kill()
+                self.killed = True
+            self._process.join(5)
+            self._conn.close()
+
+    def is_alive(self) -> bool:
+        return not self._returned
