@@ -336,11 +336,10 @@ GUARDED = GatewayLimits(
 
 
 @pytest.fixture(scope="module")
-def guarded():
-    path = resolve_model("builtin")
-    tok = AutoTokenizer.from_pretrained(path)
-    engine = HFEngine(path, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    gw = Gateway(engine, tok, GUARDED, seed=0)
+def guarded(gateway):
+    """A second server with tight guards, on the first one's engine and tokenizer (the
+    model is loaded once; the tests send to one server at a time)."""
+    gw = Gateway(gateway.engine, gateway.tokenizer, GUARDED, seed=0)
     gw.base_url = gw.serve()
     gw.address = ("127.0.0.1", int(gw.base_url.rsplit(":", 1)[1].split("/")[0]))
     yield gw
