@@ -107,7 +107,8 @@ OK = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         ({**OK, "temperature": 0.2}, 400, "temperature 1.0"),
         ({**OK, "top_p": 1.5}, 400, "top_p"),
         ({**OK, "n": 3}, 400, "n=3"),
-        ({**OK, "stop": ["\n"]}, 400, "stop sequences"),
+        ({**OK, "stop": ["a", "b", "c", "d", "e"]}, 400, "1 to 4 stop sequences"),
+        ({**OK, "stop": "x" * 65}, 400, "1 to 64 characters"),
         ({**OK, "top_logprobs": 5, "logprobs": True}, 400, "top_logprobs=5"),
         ({**OK, "presence_penalty": 0.5}, 400, "presence_penalty=0.5"),
         ({**OK, "response_format": {"type": "json_object"}}, 400, "'json_object' is not"),
@@ -193,6 +194,66 @@ def test_logprobs_and_token_ids_are_the_engines_own(gateway):
     assert out.model_extra["prompt_token_ids"] == seg.input_ids[:start]
     assert out.choices[0].model_extra["token_ids"] == ids
     assert [t.token for t in content] == [gateway.tokenizer.decode([i]) for i in ids]
+
+
+def test_a_stop_sequence_ends_the_recorded_ids_at_its_last_token(gateway):
+    """stop through the openai client: the text returned ends where the sequence
+    starts, the recorded ids (and the token_ids returned) at the token that
+    completes it, the engine sampled nothing after it, and sending the answer back
+    continues the same segment."""
+    stops = ["e", "a"]  # one of them within 12 tokens, nearly always
+    decode = gateway.tokenizer.decode
+    before = gateway.counts["stop_sequences"]
+    stopped = 0
+    for attempt in range(4):
+        key = gateway.open(traj(attempt))
+        client = _client(gateway, key)
+        messages = [{"role": "user", "content": "Describe the lake."}]
+        out = client.chat.completions.create(
+            model="builtin", messages=messages, stop=stops, logprobs=True,
+            extra_body={"return_token_ids": True},
+        )  # fmt: skip
+        choice = out.choices[0]
+        messages += [choice.message.model_dump(), {"role": "user", "content": "More."}]
+        client.chat.completions.create(model="builtin", messages=messages, max_tokens=2)
+        trajectory, answered = gateway.close(key)
+        ids = trajectory.turn_ids(0)
+        assert answered == 2 and len(trajectory.segments) == 1
+        assert choice.model_extra["token_ids"] == ids and len(choice.logprobs.content) == len(ids)
+        full = decode(ids, skip_special_tokens=True)
+        if choice.finish_reason == "stop" and not any(s in choice.message.content for s in stops):
+            if any(s in full for s in stops):
+                stopped += 1
+                # The last token completes the sequence: without it, no sequence.
+                assert not any(s in decode(ids[:-1], skip_special_tokens=True) for s in stops)
+                assert full.startswith(choice.message.content)
+                assert full[len(choice.message.content) :][:1] in stops
+        assert not any(s in (choice.message.content or "") for s in stops)
+    assert stopped >= 1 and gateway.counts["stop_sequences"] == before + stopped
+
+
+def test_the_hf_engine_stops_sampling_at_a_stop_sequence(gateway):
+    """The engine ends the answer itself (no token sampled past the sequence): its
+    ids are exactly the ones the gateway's cut keeps."""
+    from ragen_rllib.engines.base import SamplingParams
+    from ragen_rllib.engines.stops import StopStrings
+
+    tok = gateway.tokenizer
+    stop = StopStrings((" ", "e"), lambda ids: tok.decode(ids, skip_special_tokens=True))
+    prompts = [tok.encode(f"Story number {i}:") for i in range(6)]
+    free = gateway.engine.generate(prompts, SamplingParams(1.0, 1.0, 24), seed=3)
+    held = gateway.engine.generate(prompts, SamplingParams(1.0, 1.0, 24, stop), seed=3)
+    ended = 0
+    for a, b in zip(free, held, strict=True):
+        found = stop.cut(a.ids)
+        if found is None:
+            assert b.ids == a.ids  # no stop sequence: the same answer
+            continue
+        ended += 1
+        # Same seed, same draws: the stopped answer is the free one cut at its stop.
+        assert b.ids == a.ids[: found[0]] and not b.ended_with_eos
+        assert b.behaviour_logp == pytest.approx(a.behaviour_logp[: found[0]], abs=1e-5)
+    assert ended >= 3
 
 
 def test_max_tokens_above_the_limit_is_clamped_and_counted(gateway):

@@ -96,6 +96,27 @@ def test_greedy_answers_equal_the_hf_engines(runner):
         )
 
 
+def test_a_stop_sequence_ends_the_answer_at_its_last_token(runner):
+    """vLLM matches stop sequences in its own text; the ids it returns end at the
+    token that completes one, and they are the free answer's ids up to there."""
+    from ragen_rllib.engines.stops import StopStrings
+
+    tok = runner.tokenizer
+    stop = StopStrings(("answer>",), lambda ids: tok.decode(ids, skip_special_tokens=True))
+    prompts = prompts_of(runner, ["G _ P", "P _ _ O G", "_ O P G"])
+    free = runner.engine.generate(prompts, SamplingParams(0.0, 1.0, 24), seed=0)
+    held = runner.engine.generate(prompts, SamplingParams(0.0, 1.0, 24, stop), seed=0)
+    ended = 0
+    for a, b in zip(free, held, strict=True):
+        found = stop.cut(a.ids)
+        if found is None:
+            assert b.ids == a.ids
+            continue
+        ended += 1
+        assert b.ids == a.ids[: found[0]] and stop.cut(b.ids)[0] == len(b.ids)
+    assert ended >= 1  # the built-in model opens its answer with <answer>
+
+
 def _hf_logprobs(model, prompt, ids, temperature):
     x = torch.tensor([prompt + ids])
     with torch.no_grad():

@@ -33,6 +33,7 @@ import secrets
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -54,7 +55,7 @@ from ragen_rllib.agents.gateway_request import (
 from ragen_rllib.agents.gateway_schema import ChatRequest
 from ragen_rllib.agents.hosts import WILDCARD_HOSTS, is_loopback, this_machines_address
 from ragen_rllib.chat.tool_calls import parse_tool_calls, template_has_tool_calls
-from ragen_rllib.engines.base import RolloutEngine, SamplingParams
+from ragen_rllib.engines.base import Generation, RolloutEngine, SamplingParams
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ class Gateway:
                 f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors()
             )
             raise GatewayError(400, f"invalid request: {where}"[:2000]) from None
-        params, asked = read_request(request, self.limits, self.count)
+        params, asked = read_request(request, self.limits, self.count, self._decode)
         if not request.messages:
             raise GatewayError(400, "messages is empty")
         if not conversation.lock.acquire(blocking=False):
@@ -232,7 +233,7 @@ class Gateway:
                 f"{self.limits.max_context_tokens}: no room for an answer",
                 code="context_length_exceeded",
             )
-        params = SamplingParams(params.temperature, params.top_p, min(params.max_new_tokens, room))
+        params = replace(params, max_new_tokens=min(params.max_new_tokens, room))
         try:
             submitted = self._batcher.submit(prompt, params, cache_key=id(conversation))
             wait = self.limits.answer_timeout_s
@@ -249,7 +250,13 @@ class Gateway:
             conversation.engine_failures += 1
             self.count("engine_failures")
             raise GatewayError(503, f"the engine failed: {type(err).__name__}: {err}") from None
-        text = self.tokenizer.decode(generation.ids, skip_special_tokens=True)
+        stopped = params.stop is not None and params.stop.cut(generation.ids)
+        if stopped:  # the ids end at the stop sequence's last token, the text before it
+            kept, text = stopped
+            generation = Generation(generation.ids[:kept], generation.behaviour_logp[:kept], False)
+            self.count("stop_sequences")
+        else:
+            text = self._decode(generation.ids)
         if tools and self.tools_supported:
             names = {t["function"]["name"] for t in tools}
             parsed = parse_tool_calls(text, names, call_id=f"call_{conversation.requests}")
@@ -258,7 +265,11 @@ class Gateway:
             reply = parsed.message()
         else:
             reply = {"role": "assistant", "content": text}
-        cut = not generation.ended_with_eos and len(generation.ids) >= params.max_new_tokens
+        cut = (
+            not stopped
+            and not generation.ended_with_eos
+            and len(generation.ids) >= params.max_new_tokens
+        )
         recorder.record_answer(
             generation.ids,
             generation.behaviour_logp,
@@ -274,6 +285,9 @@ class Gateway:
             self.limits.model, reply, finish, prompt, generation, asked, self.tokenizer
         )
         return Streamed(body, asked.include_usage) if asked.stream else body
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # ----- the HTTP server ---------------------------------------------------------
     def serve(self, host: str = "127.0.0.1", port: int = 0, url: str | None = None) -> str:

@@ -5,9 +5,13 @@ engine's sampling and what else it asks (:class:`Asked`), or refuses it with a
 :class:`GatewayError` naming the field and what is allowed. What agents send:
 
 - sampling is the run's: ``temperature`` and ``top_p`` left out or the run's,
-  ``presence_penalty`` / ``frequency_penalty`` left out or 0, ``n`` 1;
+  ``presence_penalty`` / ``frequency_penalty`` left out or 0, ``n`` 1 (a
+  request is one turn of one trajectory);
   ``max_tokens`` above ``max_new_tokens`` is clamped to it (counted
   ``max_tokens_clamped``), or refused with ``max_tokens_over_limit: refuse``;
+- ``stop`` (up to 4 sequences) ends the answer at the token that completes one
+  (:mod:`ragen_rllib.engines.stops`): the recorded ids end there, and the text
+  returned stops where the sequence starts;
 - ``stream`` (with ``stream_options.include_usage``) is served as server-sent
   events of the whole answer (:func:`stream_events`), recorded like any other;
 - ``logprobs`` gives each sampled token's log-probability from the engine's own
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragen_rllib.engines.base import SamplingParams
+from ragen_rllib.engines.stops import StopStrings
 
 UNKNOWN_KEY = "unknown API key: use the key the runner gave the agent"
 FINISHED = "this trajectory is finished; its key takes no requests"
@@ -101,12 +106,22 @@ class Asked:
     no_tools: bool = False
 
 
-def read_request(request, limits: GatewayLimits, count: Callable[[str], None]):
+def read_request(
+    request,
+    limits: GatewayLimits,
+    count: Callable[[str], None],
+    decode: Callable[[list[int]], str],
+):
     """(the engine's sampling, :class:`Asked`) of a checked request; GatewayError
-    (400) for what the run cannot honour."""
+    (400) for what the run cannot honour. ``decode``: the answer's text of its ids
+    (stop sequences are matched in it)."""
     lim = limits
     if request.n not in (None, 1):
-        raise GatewayError(400, f"n={request.n} is not supported: one answer per request")
+        raise GatewayError(
+            400, f"n={request.n} is not supported: a request is one turn of its key's "
+            "trajectory, one answer; for several answers to one history, run that many "
+            "agents, each with its own key (n: 1 or left out)"
+        )  # fmt: skip
     for name in ("temperature", "top_p"):
         value, run = getattr(request, name), getattr(lim, name)
         if value is not None and value != run:
@@ -121,11 +136,13 @@ def read_request(request, limits: GatewayLimits, count: Callable[[str], None]):
                 400, f"{name}={getattr(request, name)} is not allowed: this run samples "
                 "without penalties (leave it out or send 0)"
             )  # fmt: skip
+    stop = None
     if request.stop:
-        raise GatewayError(
-            400, "stop sequences are not supported: the answer ends at the model's end of "
-            "turn or at max_tokens; cut it in the agent"
-        )  # fmt: skip
+        texts = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop)
+        try:
+            stop = StopStrings(texts, decode)
+        except ValueError as err:
+            raise GatewayError(400, f"stop: {err}") from None
     if request.top_logprobs not in (None, 0):
         raise GatewayError(
             400, f"top_logprobs={request.top_logprobs} is not supported: the engine keeps the "
@@ -162,7 +179,7 @@ def read_request(request, limits: GatewayLimits, count: Callable[[str], None]):
         raise GatewayError(400, f"max_tokens={asked} is not allowed: 1 to {lim.max_new_tokens}")
     budget = lim.max_new_tokens if asked is None else asked
     options = request.stream_options or {}
-    return SamplingParams(lim.temperature, lim.top_p, budget), Asked(
+    return SamplingParams(lim.temperature, lim.top_p, budget, stop), Asked(
         stream=bool(request.stream),
         include_usage=bool(request.stream and options.get("include_usage")),
         logprobs=bool(request.logprobs),

@@ -21,15 +21,19 @@ from typing import Any
 
 import torch
 
+from ragen_rllib.engines.stops import StopStrings
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     """temperature: softmax temperature (0 means greedy); top_p: nucleus mass kept;
-    max_new_tokens: tokens generated per turn at most."""
+    max_new_tokens: tokens generated per turn at most; stop: text that ends an answer
+    at the token completing it (:mod:`~ragen_rllib.engines.stops`)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
+    stop: StopStrings | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

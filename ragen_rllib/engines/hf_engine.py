@@ -246,6 +246,14 @@ class HFEngine(RolloutEngine):
                 ids[live_list[j]].append(token_list[j])
                 logps[live_list[j]].append(logp_list[j])
             ended |= token == self.eos_token_id
+            if params.stop is not None:  # a stop sequence's last token ends its answer
+                hit = [
+                    j
+                    for j in torch.nonzero(~ended).flatten().tolist()
+                    if params.stop.reached(ids[live_list[j]])
+                ]
+                if hit:
+                    ended[hit] = True
             if bool(ended.all()):
                 break
             if int(ended.sum()) >= COMPACT_SHARE * len(live):

@@ -253,7 +253,10 @@ class VLLMEngine(RolloutEngine):
                 seed=None if params.temperature == 0 else base + row,
                 ignore_eos=True,  # stop at our eos id only (below), as the HF engine does
                 stop_token_ids=[self.eos_token_id],
-                detokenize=False,
+                # Stop sequences are matched in vLLM's own text (the caller cuts the
+                # ids exactly where the text holds one: StopStrings.cut).
+                stop=list(params.stop.texts) if params.stop else None,
+                detokenize=params.stop is not None,
                 skip_special_tokens=False,
             )
             for row in range(len(prompts))
