@@ -409,3 +409,57 @@ print(json.dumps({"rows": rows, "repr": name}, default=float))
     for row in rows:
         assert row["trained"] == 4 and row["env_errors"] == 0 and row["agent_errors"] == 0
         assert row["loss"] == row["loss"]  # a number, not NaN
+
+
+@pytest.mark.slow
+def test_a_langchain_agent_with_stop_sequences_trains_for_two_iterations(tmp_path):
+    """tuned_examples/agents/guess_agent.py (LangChain's ChatOpenAI and messages, a
+    stop sequence on every answer) trains two iterations through StarPO: its
+    answers end at the stop sequence, and the history LangChain sends back
+    continues each trajectory's recorded ids (no segment restarts)."""
+    example = ROOT / "tuned_examples" / "agents" / "guess_agent.py"
+    imported = set()
+    for node in ast.walk(ast.parse(example.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+        elif isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+    assert imported == {"__future__", "re", "langchain_core", "langchain_openai"}
+    base = tiny_dict(
+        agent=f"{example}:run",
+        agent_tasks=f"{example}:tasks",
+        max_new_tokens=32,
+        max_context_tokens=1024,
+        max_turns=5,
+        llm="builtin",
+    )  # fmt: skip  (the pretrained built-in model writes the <answer> block)
+    script = """
+import json, ray
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+algo = StarPOConfig.from_user_dict(base).build_algo()
+rows = []
+for _ in range(2):
+    r = algo.train()
+    learner = r["learners"]["default_policy"]
+    agents = r["env_runners"]["agents"]
+    rows.append({"trained": learner["num_module_steps_trained"],
+                 "loss": learner["total_loss"],
+                 "turns": r["rollout"]["num_turns_mean"],
+                 "agents": {k: v for k, v in agents.items() if isinstance(v, (int, float))}})
+algo.stop()
+print(json.dumps({"rows": rows}, default=float))
+"""
+    out = run_script(
+        script, tmp_path, timeout=900, env=private_env(tmp_path), define={"base": base}
+    )
+    rows = out["rows"]
+    assert len(rows) == 2
+    for row in rows:
+        agents = row["agents"]
+        assert row["trained"] == 4 and row["loss"] == row["loss"], row
+        for failed in ("agent_errors", "agent_timeouts", "agent_no_model_call"):
+            assert agents[failed] == 0, agents
+        assert agents["stop_sequences"] >= 1, agents
+        assert all(v == 0 for k, v in agents.items() if k.startswith("segment_restarts_")), agents
+    assert max(row["turns"] for row in rows) > 1  # multi-turn: most guesses are wrong

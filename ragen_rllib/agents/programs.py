@@ -52,6 +52,14 @@ from ragen_rllib.records.trajectory import Trajectory
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "eval")
+#: the gateway's counts logged per batch (``agents/<name>``): tool calls that did not
+#: parse, max_tokens clamped, answers ended by a stop sequence, messages refused for a
+#: chat control token, bodies and headers that did not arrive in time, connections
+#: closed at the cap
+GATEWAY_COUNTS = (
+    "tool_parse_failures", "max_tokens_clamped", "stop_sequences", "control_tokens_refused",
+    "body_timeouts", "header_timeouts", "connections_evicted", "connections_refused",
+)  # fmt: skip
 
 
 def resolve_path(spec: Any) -> Any:
@@ -226,9 +234,9 @@ class AgentRollouts:
         self.engine.clear_cache()  # the batch's conversations (the gateway's own clear at
         # its last close can come before a timed-out request's late generation)
         out = {name: counts[name] for name in COUNTS}
-        # The gateway's own counts, this batch's part: tool calls that did not parse, and
-        # segments restarted by why (each restart is a context the policy sees again).
-        for name in ("tool_parse_failures", *(f"segment_restarts_{r}" for r in RESTART_REASONS)):
+        # The gateway's own counts, this batch's part: what it changed or refused in the
+        # requests, and segments restarted by why (a context the policy sees again).
+        for name in (*GATEWAY_COUNTS, *(f"segment_restarts_{r}" for r in RESTART_REASONS)):
             out[name] = gateway.counts[name] - counts_before.get(name, 0)
         out["gateway_restarts"] = self.restarts
         out["agents_killed"] = sum(bool(getattr(call, "killed", False)) for _, call in calls)

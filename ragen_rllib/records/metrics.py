@@ -214,7 +214,9 @@ _RUN_ROWS = (
     ("learners/*/critic_learning_rate", "the critic's learning rate (logged by RLlib)", ""),
     ("env_runners/agents/*", "agent programs, per batch: how trajectories ended (agent_errors, "
      "agent_timeouts, agent_no_model_call, context_overflows, engine_failures, "
-     "rewards_refused), tool_parse_failures, gateway_restarts, agents_killed and "
+     "rewards_refused), the gateway's tool_parse_failures, max_tokens_clamped, "
+     "stop_sequences, control_tokens_refused, body_timeouts, header_timeouts, "
+     "connections_evicted and connections_refused, gateway_restarts, agents_killed and "
      "hung_threads (agent_isolation), and segment_restarts_<why> "
      "(a request that did not continue the recorded ids: tools_changed, history_edited, "
      "answer_edited, template_rerendered)", "trajectories"),
