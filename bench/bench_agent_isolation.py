@@ -2,7 +2,7 @@
 process over many trajectories, with ``agent_isolation: thread`` and ``process``.
 
 A built-in-model runner plays ``--batches`` batches of ``--batch`` trajectories with
-an agent of which one call in ``--hang-every`` sleeps past ``agent_timeout_s``
+an agent of which one call in ``--hang-every`` (0: none) sleeps past ``agent_timeout_s``
 (``--timeout``) and the others ask the model once. After the first batch and after
 the last, it reads the process's threads, open descriptors and resident memory,
 and the counts the runner logged. Prints JSON, one entry per isolation:
@@ -26,7 +26,7 @@ import time
 from openai import OpenAI
 
 def tasks(split):
-    return [{"hang": i % HANG_EVERY == 0} for i in range(HANG_EVERY)]
+    return [{"hang": HANG_EVERY > 0 and i % HANG_EVERY == 0} for i in range(max(HANG_EVERY, 1))]
 
 def run(base_url, api_key, task):
     if task["hang"]:

@@ -276,6 +276,30 @@ def test_hung_agents_in_processes_leave_no_thread_or_descriptor_behind(tmp_path)
     runner.stop()
 
 
+def test_hung_threads_are_bounded_by_moving_to_processes(tmp_path, caplog):
+    """agent_isolation: thread with agent_max_hung_threads 2: the first batch leaves
+    two hung threads, so the runner's next calls run in processes, killed at their
+    timeout, and no thread is added."""
+    cfg = agent_config(
+        tmp_path, {"mode": "talk", "word": "up", "turns": 1}, {"mode": "hang", "seconds": 60},
+        {"split": "eval", "word": "up"}, agent_timeout_s=2, max_env_error_share=1.0,
+        agent_isolation="thread", agent_max_hung_threads=2,
+    )  # fmt: skip
+    with caplog.at_level("WARNING", logger="ragen_rllib.agents.programs"):
+        runner, _ = play(cfg, [0, 0, 1, 1])
+    first = runner.get_metrics()["agents"]
+    assert (first["hung_threads"], first["process_calls"], first["agents_killed"]) == (2, 0, 0)
+    assert runner._agents.isolation == "process"
+    assert "agent_max_hung_threads is 2" in caplog.text
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+    trajs = runner.run_episodes([0, 0, 1, 1], [0, 0, 1, 1], params, sample_seed=0)
+    assert [t.end_reason for t in trajs] == ["terminated"] * 2 + ["env_error"] * 2
+    second = runner.get_metrics()["agents"]
+    assert (second["hung_threads"], second["process_calls"], second["agents_killed"]) == (2, 4, 2)
+    assert multiprocessing.active_children() == []
+    runner.stop()
+
+
 def test_a_dead_gateway_restarts_and_nothing_collected_is_lost(tmp_path):
     cfg = agent_config(tmp_path, {"mode": "talk", "word": "up", "turns": 1}, {"split": "eval"})
     runner, first = play(cfg, [0, 0])

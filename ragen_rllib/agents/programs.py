@@ -120,13 +120,25 @@ class AgentRollouts:
         self.restarts = 0
         self._hung: list[threading.Thread] = []  # thread-mode agent calls past their timeout
         self._hung_warned = 0
+        #: where agent calls run: agent_isolation, until agent_max_hung_threads threads hang
+        self.isolation = str(config.agent_isolation)
 
     def _count_hung(self, calls: list[threading.Thread]) -> int:
         """Agent threads still running past their timeout (thread isolation cannot end
         them), this batch's and earlier ones'; warned as they double."""
         self._hung = [t for t in [*self._hung, *calls] if t.is_alive()]
         n = len(self._hung)
-        if n >= max(4, 2 * self._hung_warned):
+        bound = int(self.config.agent_max_hung_threads)
+        if self.isolation == "thread" and n >= bound:
+            self.isolation = "process"
+            logger.warning(
+                "%d agent threads are still running past agent_timeout_s, "
+                "agent_max_hung_threads is %d: this runner's later agent calls run in worker "
+                "processes, killed at their timeout (agent_isolation: process)",
+                n,
+                bound,
+            )
+        elif n >= max(4, 2 * self._hung_warned) and self.isolation == "thread":
             self._hung_warned = n
             logger.warning(
                 "%d agent threads are still running past agent_timeout_s (a thread cannot be "
@@ -203,7 +215,7 @@ class AgentRollouts:
                 policy_version=self.engine.policy_version,
             )
             key = gateway.open(traj, deadline=deadline)
-            if self.config.agent_isolation == "process":
+            if self.isolation == "process":
                 call = _ProcessCall(self.config.agent, self.base_url, key, task)
             else:
                 call = _Call(self.agent, self.base_url, key, task)
@@ -240,6 +252,7 @@ class AgentRollouts:
             out[name] = gateway.counts[name] - counts_before.get(name, 0)
         out["gateway_restarts"] = self.restarts
         out["agents_killed"] = sum(bool(getattr(call, "killed", False)) for _, call in calls)
+        out["process_calls"] = sum(isinstance(call, _ProcessCall) for _, call in calls)
         out["hung_threads"] = self._count_hung([c for _, c in calls if isinstance(c, _Call)])
         if log is not None:
             metrics, log_sampling = log

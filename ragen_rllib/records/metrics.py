@@ -216,8 +216,8 @@ _RUN_ROWS = (
      "agent_timeouts, agent_no_model_call, context_overflows, engine_failures, "
      "rewards_refused), the gateway's tool_parse_failures, max_tokens_clamped, "
      "stop_sequences, control_tokens_refused, body_timeouts, header_timeouts, "
-     "connections_evicted and connections_refused, gateway_restarts, agents_killed and "
-     "hung_threads (agent_isolation), and segment_restarts_<why> "
+     "connections_evicted and connections_refused, gateway_restarts, agents_killed, "
+     "hung_threads and process_calls (agent_isolation), and segment_restarts_<why> "
      "(a request that did not continue the recorded ids: tools_changed, history_edited, "
      "answer_edited, template_rerendered)", "trajectories"),
     ("env_runners/weights_loaded_mid_sample", "weight loads inside a sample "

@@ -52,6 +52,14 @@ AGENT = knobs(
         "agent_timeout_s (agents/agents_killed)",
     ),
     K(
+        "agent_max_hung_threads",
+        32,
+        integer(1, 100000),
+        "with agent_isolation: thread, hung agent threads at most: once a runner has "
+        "this many, its later agent calls run in worker processes, as with "
+        "agent_isolation: process (logged once; counted as agents/process_calls)",
+    ),
+    K(
         "agent_max_abs_reward",
         1.0e6,
         number(0, None, low_open=True),
