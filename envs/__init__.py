@@ -19,6 +19,7 @@ from . import _old_paths
 from .core.answer_env import AnswerEnv, AnswerResult
 from .core.base import TextEnv
 from .core.parsing import AnswerBlock, ParsedAnswer, ParserConfig, parse_answer, read_answer_block
+from .games.versus import VersusEnv
 from .grids.frozenlake import FrozenLakeEnv
 from .grids.game2048 import Game2048Env
 from .grids.sokoban import SokobanEnv
@@ -69,6 +70,23 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
     # Question answering: a dataset of word problems, and search with a tool (BM25).
     "ragen/MathWordProblems-v0": ("ragen_envs.qa.dataset_qa:DatasetQAEnv", {}),
     "ragen/SearchQA-v0": ("ragen_envs.qa.search_qa:SearchQAEnv", {}),
+    # Two-player games against a fixed opponent, the seat drawn per episode.
+    "ragen/TicTacToe-v0": (
+        "ragen_envs.games.versus:VersusEnv",
+        {"game": "tictactoe", "opponent": "random"},
+    ),
+    "ragen/TicTacToeMinimax-v0": (
+        "ragen_envs.games.versus:VersusEnv",
+        {"game": "tictactoe", "opponent": "minimax"},
+    ),
+    "ragen/KuhnPoker-v0": (
+        "ragen_envs.games.versus:VersusEnv",
+        {"game": "kuhn_poker", "opponent": "random"},
+    ),
+    "ragen/KuhnPokerNash-v0": (
+        "ragen_envs.games.versus:VersusEnv",
+        {"game": "kuhn_poker", "opponent": "nash"},
+    ),
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on (today every registered one): its
@@ -93,6 +111,8 @@ BUILTIN_MODEL_ENV_IDS: tuple[str, ...] = (
     "ragen/MathWordProblems-v0",
     "ragen/SearchQA-v0",
 )
+#: The two-player games' ids (not in the built-in model's pretraining yet).
+GAME_ENV_IDS: tuple[str, ...] = tuple(i for i in ENV_IDS if i not in BUILTIN_MODEL_ENV_IDS)
 
 _old_paths.install()  # `ragen_envs.sokoban` and the other flat paths of earlier releases
 for _env_id, (_entry_point, _kwargs) in _REGISTRY.items():
@@ -102,6 +122,7 @@ for _env_id, (_entry_point, _kwargs) in _REGISTRY.items():
 __all__ = [
     "BUILTIN_MODEL_ENV_IDS",
     "ENV_IDS",
+    "GAME_ENV_IDS",
     "AnswerBlock",
     "AnswerEnv",
     "AnswerResult",
@@ -117,6 +138,7 @@ __all__ = [
     "SokobanEnv",
     "SudokuEnv",
     "TextEnv",
+    "VersusEnv",
     "parse_answer",
     "read_answer_block",
 ]

@@ -20,6 +20,9 @@ import numpy as np
 
 from . import ENV_IDS
 from .core.base import TextEnv
+from .games.players import player_of
+from .games.rules import TicTacToe
+from .games.versus import VersusEnv
 from .grids.frozenlake import FrozenLakeEnv, shortest_path
 from .grids.game2048 import Game2048Env, plan_moves
 from .grids.sokoban import SokobanEnv
@@ -41,7 +44,8 @@ def _answer(actions: list[str], separator: str) -> str:
 
 def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
     """The next turn's actions from a planner: exact (BFS, best mean arm, search, the
-    Sudoku solver, the gold answer, the search oracle) or, for 2048, a heuristic."""
+    Sudoku solver, the gold answer, the search oracle, minimax, Kuhn Poker's
+    equilibrium) or, for 2048, a heuristic."""
     if isinstance(env, BanditEnv):
         return [max(env.arms, key=lambda a: a.mean).name]
     if isinstance(env, FrozenLakeEnv):
@@ -65,6 +69,9 @@ def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
         return [env.gold]
     if isinstance(env, SearchQAEnv):  # searches the question's chain of passages by title
         return [oracle_command(env)]
+    if isinstance(env, VersusEnv):  # the game's reference player: minimax, or Nash
+        best = "minimax" if isinstance(env.game, TicTacToe) else "nash"
+        return [player_of(env.game, best)(env.game, rng)]
     raise TypeError(f"no planner for {type(env).__name__}")
 
 

@@ -25,7 +25,10 @@ def tokenizer():
 
 
 def test_every_env_is_in_the_pretraining_set():
-    assert set(ragen_envs.ENV_IDS) == set(ragen_envs.BUILTIN_MODEL_ENV_IDS)
+    """Every env but the two-player games (not in the shipped model yet)."""
+    assert set(ragen_envs.ENV_IDS) - set(ragen_envs.GAME_ENV_IDS) == set(
+        ragen_envs.BUILTIN_MODEL_ENV_IDS
+    )
 
 
 @pytest.mark.parametrize("env_id", ragen_envs.ENV_IDS)

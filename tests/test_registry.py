@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ragen_envs
-from ragen_envs import BUILTIN_MODEL_ENV_IDS, ENV_IDS, AnswerEnv
+from ragen_envs import BUILTIN_MODEL_ENV_IDS, ENV_IDS, GAME_ENV_IDS, AnswerEnv
 
 #: The ids whose answer is free text (an expression, placements), read by AnswerEnv.
 ANSWER_IDS = tuple(i for i in ENV_IDS if isinstance(gym.make(i).unwrapped, AnswerEnv))
@@ -34,9 +34,10 @@ TAG_SOUP = st.lists(
 
 def test_ids_are_registered():
     assert set(ENV_IDS) <= set(gym.registry)
-    assert len(ENV_IDS) == 16
-    # The built-in model was pretrained on every registered env.
-    assert BUILTIN_MODEL_ENV_IDS == ENV_IDS
+    assert len(ENV_IDS) == 20
+    # The built-in model was pretrained on every registered env but the two-player games.
+    assert BUILTIN_MODEL_ENV_IDS + GAME_ENV_IDS == ENV_IDS
+    assert all(i.startswith(("ragen/TicTacToe", "ragen/KuhnPoker")) for i in GAME_ENV_IDS)
     assert ANSWER_IDS  # some ids read free text; exactly those have no action names
     for env_id in ENV_IDS:
         assert bool(gym.make(env_id).unwrapped.action_names) == (env_id not in ANSWER_IDS)

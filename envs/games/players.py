@@ -1,0 +1,105 @@
+"""Reference players: what a model is trained against and measured against.
+
+A player is a function ``(game, rng) -> action`` that picks one of
+``game.legal()`` for the player to move. :data:`PLAYERS` names them per game:
+
+- ``random``: uniform over the legal actions (every game);
+- ``minimax`` (TicTacToe): perfect play by exhaustive search, a draw at worst,
+  choosing among the best cells at random;
+- ``nash`` (Kuhn Poker): an equilibrium strategy (:func:`nash_policy`; the
+  family with parameter ``alpha`` in [0, 1/3], here 1/6). Against it no strategy of the first player
+  averages more than -1/18 a hand, none of the second more than +1/18.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+
+import numpy as np
+
+from .rules import KuhnPoker, TicTacToe
+
+Player = Callable[[object, np.random.Generator], str]
+
+
+def random_player(game, rng: np.random.Generator) -> str:
+    legal = game.legal()
+    return legal[int(rng.integers(len(legal)))]
+
+
+@cache
+def _value(board: tuple[str, ...], mark: str) -> int:
+    """The game's value for the player about to place ``mark`` (+1 win, 0 draw, -1
+    loss) under perfect play by both."""
+    game = TicTacToe()
+    game.board = list(board)
+    if game.winner() is not None:
+        return -1  # the other player's last mark won
+    free = [i for i, m in enumerate(board) if not m]
+    if not free:
+        return 0
+    other = "O" if mark == "X" else "X"
+    return max(-_value(board[:i] + (mark,) + board[i + 1 :], other) for i in free)
+
+
+def minimax_player(game: TicTacToe, rng: np.random.Generator) -> str:
+    board, mark = tuple(game.board), game.roles[game.to_move]
+    other = "O" if mark == "X" else "X"
+    scores = {
+        a: -_value(board[: int(a) - 1] + (mark,) + board[int(a) :], other) for a in game.legal()
+    }
+    best = max(scores.values())
+    choices = [a for a, v in scores.items() if v == best]
+    return choices[int(rng.integers(len(choices)))]
+
+
+NASH_ALPHA = 1.0 / 6.0
+
+
+def nash_policy(game: KuhnPoker, alpha: float = NASH_ALPHA) -> dict[str, float]:
+    """Kuhn Poker's equilibrium, as the probability of each legal action: the first
+    player bets J with probability alpha and K with 3 alpha, checks Q, and after
+    check-bet calls Q with alpha + 1/3, K always, J never; the second player, after a
+    check, bets K, bets J with 1/3 and checks Q, and facing a bet calls K, Q with
+    1/3, folds J."""
+    card = game.cards[game.to_move]  # 0 J, 1 Q, 2 K
+    moves = [a for _, a in game.history if a != "nothing"]
+    if game.to_move == 0 and not moves:  # opening
+        p = (alpha, 0.0, 3 * alpha)[card]
+        return {"bet": p, "check": 1 - p}
+    if game.to_move == 1 and moves == ["check"]:
+        p = (1 / 3, 0.0, 1.0)[card]
+        return {"bet": p, "check": 1 - p}
+    if game.to_move == 0:  # check, bet: call or fold
+        p = (0.0, alpha + 1 / 3, 1.0)[card]
+    else:  # facing a bet
+        p = (0.0, 1 / 3, 1.0)[card]
+    return {"call": p, "fold": 1 - p}
+
+
+def nash_player(game: KuhnPoker, rng: np.random.Generator) -> str:
+    policy = nash_policy(game)
+    u, total = float(rng.random()), 0.0
+    for action, p in policy.items():
+        total += p
+        if u < total:
+            return action
+    return next(reversed(policy))
+
+
+#: game class -> the reference players it can be played against
+PLAYERS: dict[type, dict[str, Player]] = {
+    TicTacToe: {"random": random_player, "minimax": minimax_player},
+    KuhnPoker: {"random": random_player, "nash": nash_player},
+}
+
+
+def player_of(game, name: str) -> Player:
+    """The reference player ``name`` for ``game``; ValueError naming those it has."""
+    players = PLAYERS[type(game)]
+    if name not in players:
+        raise ValueError(
+            f"opponent must be one of {sorted(players)} for {type(game).__name__}, got {name!r}"
+        )
+    return players[name]

@@ -1,0 +1,186 @@
+"""A two-player game against a fixed opponent, as a one-agent text env.
+
+:class:`VersusEnv` seats the model at one side of a :class:`~.rules.Game` and
+plays the other side with a reference player (:mod:`.players`): the model's
+answer is one action in ``<answer>``, the opponent answers at once, and the
+observation is the game as the model's side sees it, with the actions it may
+take now. The seat is drawn per episode (``seat: random``) or fixed, so an
+evaluation over seeds covers both seat orders.
+
+Rewards: the game's payoff for the model's side when it ends (TicTacToe +1
+win, 0 draw, -1 loss; Kuhn Poker the chips won or lost), plus the format
+penalty once per turn whose answer broke the format or named an action not
+allowed now. What an answer that names no allowed action does is
+``invalid_move``:
+
+- ``lose_game`` (default): the game ends there, lost (payoff -1);
+- ``lose_turn``: the turn passes (Kuhn Poker: the passive action, check, or
+  fold when facing a bet);
+- ``retry``: the model answers again (its turns are bounded by ``max_turns``).
+
+A game cut by ``max_turns`` ends unfinished, with payoff 0. ``info`` has
+``seat``, ``outcome`` (win, draw, loss; None while playing or unfinished) and
+``payoff``; ``success`` is a win.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+from ..core.base import TextEnv
+from .players import player_of
+from .rules import Game, KuhnPoker, TicTacToe
+
+#: game name -> its rules
+GAMES: dict[str, type[Game]] = {"tictactoe": TicTacToe, "kuhn_poker": KuhnPoker}
+INVALID_MOVES = ("lose_game", "lose_turn", "retry")
+SEATS = ("random", 0, 1)
+
+
+class VersusEnv(TextEnv):
+    """One game an episode against ``opponent`` (see the module docstring).
+
+    Args:
+        game: one of :data:`GAMES`.
+        opponent: a reference player of that game (``random``; ``minimax`` for
+            TicTacToe, ``nash`` for Kuhn Poker).
+        seat: the model's side: ``random`` (drawn per episode), 0 or 1.
+        invalid_move: one of :data:`INVALID_MOVES`.
+        **kwargs: passed to :class:`TextEnv`; the action budget is the most actions
+            one side takes in a game, one action a turn.
+    """
+
+    obs_charset = string.ascii_letters + string.digits + " .,:()'+-\n"
+    obs_max_length = 512
+
+    def __init__(
+        self,
+        game: str = "tictactoe",
+        opponent: str = "random",
+        seat: str | int = "random",
+        invalid_move: str = "lose_game",
+        **kwargs: Any,
+    ) -> None:
+        if game not in GAMES:
+            raise ValueError(f"game must be one of {sorted(GAMES)}, got {game!r}")
+        if seat not in SEATS or isinstance(seat, bool):
+            raise ValueError(f"seat must be one of {list(SEATS)}, got {seat!r}")
+        if invalid_move not in INVALID_MOVES:
+            raise ValueError(
+                f"invalid_move must be one of {list(INVALID_MOVES)}, got {invalid_move!r}"
+            )
+        self.game = GAMES[game]()
+        self.game_name = game
+        self.opponent_name = opponent
+        self._opponent = player_of(self.game, opponent)
+        self.seat_choice, self.invalid_move = seat, invalid_move
+        kwargs.setdefault("action_budget", self.game.max_moves)
+        kwargs.setdefault("max_actions_per_turn", 1)
+        kwargs.setdefault("max_turns", self.game.max_moves + 3)
+        super().__init__(**kwargs)
+        self.seat = 0
+        self._payoff: float | None = None
+
+    # ----- the game ------------------------------------------------------------
+    @property
+    def action_names(self) -> tuple[str, ...]:
+        """The actions allowed now (once the game is over, all of the game's)."""
+        return self.game.legal() or self.game.vocabulary
+
+    def _new_episode(self) -> None:
+        self.game.reset(self.np_random)
+        if self.seat_choice == "random":
+            self.seat = int(self.np_random.integers(2))
+        else:
+            self.seat = int(self.seat_choice)
+        self._payoff = None
+        self._opponent_moves()
+
+    def _opponent_moves(self) -> bool:
+        """The opponent plays until it is the model's turn or the game is over;
+        whether it is over (the model's payoff then kept)."""
+        while self.game.payoffs() is None and self.game.to_move != self.seat:
+            self.game.play(self._opponent(self.game, self.np_random))
+        payoffs = self.game.payoffs()
+        if payoffs is not None:
+            self._payoff = payoffs[self.seat]
+        return payoffs is not None
+
+    def _execute(self, action: str) -> tuple[float, bool, bool]:
+        self.game.play(action)
+        over = self._opponent_moves()
+        return (self._payoff if over else 0.0), True, over
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if info["num_actions"] or terminated or self.invalid_move == "retry":
+            return obs, reward, terminated, truncated, self._result_info(info)
+        # No allowed action named: the game is lost, or the turn passes.
+        if self.invalid_move == "lose_game":
+            self._payoff, terminated = -1.0, True
+            info["forfeited"] = True
+        else:
+            self.game.forfeit_turn()
+            terminated = self._opponent_moves()
+        if terminated:
+            info["env_reward"] += self._payoff
+            reward += self._payoff
+            truncated = False
+            self._done = True
+        info["success"] = self._is_success()
+        return self._observe(), reward, terminated, truncated, self._result_info(info)
+
+    def _result_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        outcome = None
+        if self._payoff is not None:
+            outcome = "win" if self._payoff > 0 else "loss" if self._payoff < 0 else "draw"
+        info.update(seat=self.seat, outcome=outcome, payoff=self._payoff)
+        info.setdefault("forfeited", False)
+        return info
+
+    def _is_success(self) -> bool:
+        return self._payoff is not None and self._payoff > 0
+
+    def _render_text(self) -> str:
+        text = self.game.view(self.seat)
+        if self._payoff is not None:
+            outcome = "won" if self._payoff > 0 else "lost" if self._payoff < 0 else "drew"
+            return f"{text}\nThe game is over: you {outcome} ({self._payoff:+g})."
+        legal = self.game.legal()
+        return f"{text}\nYour actions now: {', '.join(legal)}."
+
+    # ----- the prompt ----------------------------------------------------------
+    def _invalid_rule(self) -> str:
+        return {
+            "lose_game": "An answer without an allowed action loses the game.",
+            "lose_turn": "An answer without an allowed action loses your turn.",
+            "retry": "An answer without an allowed action is penalised; answer again.",
+        }[self.invalid_move]
+
+    def _full_instructions(self) -> str:
+        role = self.game.roles[self.seat]
+        budget = f"You have at most {self.action_budget} actions in the game."
+        if isinstance(self.game, TicTacToe):
+            return (
+                f"You play TicTacToe as {role} against an opponent. Players take turns "
+                "marking a free cell of the 3x3 board; X moves first. Three of your marks "
+                "in a row, a column or a diagonal win; a full board without that is a draw. "
+                "The cells are numbered 1 to 9, row by row.\nReward: 1 for a win, 0 for a "
+                "draw, -1 for a loss.\nActions: the number of one free cell. "
+                f"{self._invalid_rule()} {budget}"
+            )
+        return (
+            f"You play Kuhn Poker as the {role} against one opponent. The deck has three "
+            "cards, J lower than Q lower than K. Each player gets one card and puts 1 chip "
+            "in the pot. The first player checks or bets 1 chip; after a check the second "
+            "player checks or bets; facing a bet a player calls (puts in 1 chip) or folds "
+            "(gives up the pot). If nobody folds, the higher card takes the pot.\n"
+            "Reward: the chips you win or lose.\nActions: check, bet, call, fold (those "
+            f"allowed now are listed each turn). {self._invalid_rule()} {budget}"
+        )
+
+    def _compact_instructions(self) -> str:
+        names = ", ".join(self.action_names)
+        kind = "TicTacToe" if isinstance(self.game, TicTacToe) else "Kuhn Poker"
+        return f"{kind}, you are {self.game.roles[self.seat]}. Answer one of: {names}."
