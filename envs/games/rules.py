@@ -38,20 +38,32 @@ class Game:
     def __init__(self) -> None:
         self.to_move = 0
         self.history: list[tuple[int, str]] = []  # (player, action), in order
+        self.resigned: int | None = None  # the player who lost by resigning
 
     def reset(self, rng: np.random.Generator) -> None:
         self.to_move = 0
         self.history = []
+        self.resigned = None
+
+    def resign(self, player: int) -> None:
+        """``player`` loses the game now (payoff -1, the other +1)."""
+        self.resigned = player
+
+    def payoffs(self) -> tuple[float, float] | None:
+        """Each player's payoff once the game is over (they sum to zero), else None."""
+        if self.resigned is not None:
+            return (-1.0, 1.0) if self.resigned == 0 else (1.0, -1.0)
+        return self._outcome()
+
+    def _outcome(self) -> tuple[float, float] | None:
+        """The payoffs the rules give (no resignation), or None while playing."""
+        raise NotImplementedError
 
     def legal(self) -> tuple[str, ...]:
         raise NotImplementedError
 
     def play(self, action: str) -> None:
         """The player to move takes ``action`` (one of :meth:`legal`)."""
-        raise NotImplementedError
-
-    def payoffs(self) -> tuple[float, float] | None:
-        """Each player's payoff once the game is over (they sum to zero), else None."""
         raise NotImplementedError
 
     def forfeit_turn(self) -> None:
@@ -78,7 +90,7 @@ class TicTacToe(Game):
         self.board = [""] * 9
 
     def legal(self) -> tuple[str, ...]:
-        if self.winner() is not None or all(self.board):
+        if self.payoffs() is not None:
             return ()
         return tuple(str(i + 1) for i, mark in enumerate(self.board) if not mark)
 
@@ -96,7 +108,7 @@ class TicTacToe(Game):
                 return self.roles.index(self.board[a])
         return None
 
-    def payoffs(self) -> tuple[float, float] | None:
+    def _outcome(self) -> tuple[float, float] | None:
         won = self.winner()
         if won is not None:
             return (1.0, -1.0) if won == 0 else (-1.0, 1.0)
@@ -161,7 +173,7 @@ class KuhnPoker(Game):
     def pot(self) -> int:
         return 2 + sum(a in ("bet", "call") for a in self._moves())
 
-    def payoffs(self) -> tuple[float, float] | None:
+    def _outcome(self) -> tuple[float, float] | None:
         moves = self._moves()
         if self.folded is not None:  # the folder loses its ante
             return (1.0, -1.0) if self.folded == 1 else (-1.0, 1.0)
@@ -179,6 +191,6 @@ class KuhnPoker(Game):
         for p, a in self.history:
             who = "You" if p == player else "Your opponent"
             lines.append(f"{who} {said[a]}.")
-        if self.folded is None and self.payoffs() is not None:
+        if self.folded is None and self.resigned is None and self.payoffs() is not None:
             lines.append(f"Showdown: your opponent's card was {CARDS[self.cards[1 - player]]}.")
         return "\n".join(lines)

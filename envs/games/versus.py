@@ -13,9 +13,10 @@ penalty once per turn whose answer broke the format or named an action not
 allowed now. What an answer that names no allowed action does is
 ``invalid_move``:
 
-- ``lose_game`` (default): the game ends there, lost (payoff -1);
-- ``lose_turn``: the turn passes (Kuhn Poker: the passive action, check, or
-  fold when facing a bet);
+- ``lose_game`` (the default against a fixed opponent): the game ends there,
+  lost (payoff -1);
+- ``lose_turn`` (the default in self-play): the turn passes (Kuhn Poker: the
+  passive action, check, or fold when facing a bet);
 - ``retry``: the model answers again (its turns are bounded by ``max_turns``).
 
 A game cut by ``max_turns`` ends unfinished, with payoff 0. ``info`` has
@@ -44,9 +45,12 @@ class VersusEnv(TextEnv):
     Args:
         game: one of :data:`GAMES`.
         opponent: a reference player of that game (``random``; ``minimax`` for
-            TicTacToe, ``nash`` for Kuhn Poker).
+            TicTacToe, ``nash`` for Kuhn Poker), or ``self``: the other seat is
+            another env, joined to this one's game (self-play; the runner pairs
+            them).
         seat: the model's side: ``random`` (drawn per episode), 0 or 1.
-        invalid_move: one of :data:`INVALID_MOVES`.
+        invalid_move: one of :data:`INVALID_MOVES` (default ``lose_game``;
+            ``lose_turn`` in self-play).
         **kwargs: passed to :class:`TextEnv`; the action budget is the most actions
             one side takes in a game, one action a turn.
     """
@@ -59,9 +63,11 @@ class VersusEnv(TextEnv):
         game: str = "tictactoe",
         opponent: str = "random",
         seat: str | int = "random",
-        invalid_move: str = "lose_game",
+        invalid_move: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if invalid_move is None:  # self-play: a lost game could leave a seat no turn
+            invalid_move = "lose_turn" if opponent == "self" else "lose_game"
         if game not in GAMES:
             raise ValueError(f"game must be one of {sorted(GAMES)}, got {game!r}")
         if seat not in SEATS or isinstance(seat, bool):
@@ -73,7 +79,11 @@ class VersusEnv(TextEnv):
         self.game = GAMES[game]()
         self.game_name = game
         self.opponent_name = opponent
-        self._opponent = player_of(self.game, opponent)
+        #: self-play: the other seat is played by another env's model (:meth:`join`)
+        self.self_play = opponent == "self"
+        self._opponent = None if self.self_play else player_of(self.game, opponent)
+        self._owns_game = True  # resets the game (False: a partner's game, joined)
+        self._settled = False
         self.seat_choice, self.invalid_move = seat, invalid_move
         kwargs.setdefault("action_budget", self.game.max_moves)
         kwargs.setdefault("max_actions_per_turn", 1)
@@ -89,7 +99,9 @@ class VersusEnv(TextEnv):
         return self.game.legal() or self.game.vocabulary
 
     def _new_episode(self) -> None:
-        self.game.reset(self.np_random)
+        if self._owns_game:
+            self.game.reset(self.np_random)
+        self._settled = False
         if self.seat_choice == "random":
             self.seat = int(self.np_random.integers(2))
         else:
@@ -100,7 +112,11 @@ class VersusEnv(TextEnv):
     def _opponent_moves(self) -> bool:
         """The opponent plays until it is the model's turn or the game is over;
         whether it is over (the model's payoff then kept)."""
-        while self.game.payoffs() is None and self.game.to_move != self.seat:
+        while (
+            self._opponent is not None
+            and self.game.payoffs() is None
+            and self.game.to_move != self.seat
+        ):
             self.game.play(self._opponent(self.game, self.np_random))
         payoffs = self.game.payoffs()
         if payoffs is not None:
@@ -113,11 +129,14 @@ class VersusEnv(TextEnv):
         return (self._payoff if over else 0.0), True, over
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.self_play and self.waiting and not self._done:
+            raise RuntimeError(f"self-play: seat {self.seat} stepped while the other seat moves")
         obs, reward, terminated, truncated, info = super().step(action)
         if info["num_actions"] or terminated or self.invalid_move == "retry":
             return obs, reward, terminated, truncated, self._result_info(info)
         # No allowed action named: the game is lost, or the turn passes.
         if self.invalid_move == "lose_game":
+            self.game.resign(self.seat)
             self._payoff, terminated = -1.0, True
             info["forfeited"] = True
         else:
@@ -130,6 +149,44 @@ class VersusEnv(TextEnv):
             self._done = True
         info["success"] = self._is_success()
         return self._observe(), reward, terminated, truncated, self._result_info(info)
+
+    # ----- self-play: two envs, one game ---------------------------------------
+    def join(self, first: VersusEnv) -> None:
+        """Play the other seat of ``first``'s game (self-play): this env's reset no
+        longer resets the game, ``first``'s does (reset ``first`` first)."""
+        if not (self.self_play and first.self_play and first is not self):
+            raise ValueError("join() pairs two self-play envs (opponent='self')")
+        self.game, self._owns_game = first.game, False
+
+    def own_game(self) -> None:
+        """Play a game of its own again (seat 0 of a self-play pair, or alone)."""
+        if not self._owns_game:
+            self.game, self._owns_game = GAMES[self.game_name](), True
+
+    def result_info(self) -> dict[str, Any]:
+        """The result's ``info`` entries now (``seat``, ``outcome``, ``payoff``,
+        ``success``)."""
+        return {**self._result_info({}), "success": self._is_success()}
+
+    @property
+    def waiting(self) -> bool:
+        """Self-play: the game goes on and the other seat is to move."""
+        seat = self.seat if self.seat_choice == "random" else int(self.seat_choice)
+        return self.game.payoffs() is None and self.game.to_move != seat
+
+    def observe(self) -> str:
+        """The observation now (after the other seat's moves)."""
+        return self._observe()
+
+    def settle(self) -> float | None:
+        """Self-play: this seat's payoff once, when the other seat's move ended the
+        game (None while it goes on or once paid); the episode is then over."""
+        payoffs = self.game.payoffs()
+        if payoffs is None or self._settled or self._done:
+            return None
+        self._settled, self._done = True, True
+        self._payoff = payoffs[self.seat]
+        return self._payoff
 
     def _result_info(self, info: dict[str, Any]) -> dict[str, Any]:
         outcome = None

@@ -30,12 +30,14 @@ rest is optional, with these fallbacks (see
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from typing import Any
 
 import gymnasium as gym
 
+from ragen_envs.games.aec import AECSeat
 from ragen_envs.remote.client import OpenEnvTextEnv, base_url_of, check_server, is_remote_id
 
 
@@ -96,6 +98,13 @@ def check_env(config: Any) -> None:
         raise ValueError(f"config env={env!r} is invalid: at most one ':' (module:EnvId)")
     import_env_modules(config)
     env_id = env.split(":", 1)[1] if ":" in env else env
+    if _aec_factory(env) is not None:  # a PettingZoo AEC env's factory: self-play only
+        if not getattr(config, "self_play", False):
+            raise ValueError(
+                f"config env={env!r} names a PettingZoo env factory: a two-player AEC env "
+                "trains with self_play: true (one policy in both seats)"
+            )
+        return
     if env_id not in gym.registry:
         import difflib
 
@@ -106,7 +115,8 @@ def check_env(config: Any) -> None:
         raise ValueError(
             f"config env={env!r} is not a registered env id.{hint} Built-in ids: "
             f"{', '.join(ragen_envs.ENV_IDS)}; for your own env use 'module:EnvId' or "
-            "name the module that registers it in `env_module`"
+            "name the module that registers it in `env_module` (a PettingZoo AEC env: "
+            "'module:env', its factory, with self_play: true)"
         )
 
 
@@ -138,7 +148,7 @@ def make_env(config: Any) -> gym.Env:
     import_env_modules(config)
     if is_remote_id(config.env):
         return OpenEnvTextEnv(base_url_of(config.env), **config.env_config)
-    return gym.make(config.env, **config.env_config)
+    return _make(config.env, dict(config.env_config or {}))
 
 
 def make_eval_env(env: Any) -> gym.Env:
@@ -147,7 +157,29 @@ def make_eval_env(env: Any) -> gym.Env:
         return OpenEnvTextEnv(base_url_of(env.env), **env.env_config)
     if ":" in env.env:
         importlib.import_module(env.env.split(":", 1)[0])
-    return gym.make(env.env, **env.env_config)
+    return _make(env.env, dict(env.env_config or {}))
+
+
+def _make(env_id: str, env_config: dict[str, Any]) -> gym.Env:
+    """``gym.make``, or for ``module:factory`` naming a PettingZoo AEC env factory
+    (PettingZoo's ``env()`` convention; not a registered id) one self-play seat of
+    it, the factory called with ``env_config`` (``opponent`` left out)."""
+    factory = _aec_factory(env_id)
+    if factory is None:
+        return gym.make(env_id, **env_config)
+    kwargs = {k: v for k, v in env_config.items() if k != "opponent"}
+    return AECSeat(functools.partial(factory, **kwargs))
+
+
+def _aec_factory(env_id: str):
+    module, colon, name = env_id.partition(":")
+    if not colon or env_id in gym.registry or name in gym.registry:
+        return None
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    return found if callable(found) and not isinstance(found, type) else None
 
 
 # ----- the optional parts of the text protocol -------------------------------------

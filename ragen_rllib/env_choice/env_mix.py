@@ -110,7 +110,10 @@ def mix_entries(config: Any) -> list[MixEntry]:
     and ``env_groups``."""
     if config.env_mix is None:
         name = default_name(config.env)
-        return [MixEntry(name, config.env, dict(config.env_config or {}), config.env_groups)]
+        env_config = dict(config.env_config or {})
+        if getattr(config, "self_play", False):  # the other seat is the policy itself
+            env_config = {**env_config, "opponent": "self"}
+        return [MixEntry(name, config.env, env_config, config.env_groups)]
     return parse_env_mix(config.env_mix)
 
 

@@ -51,6 +51,15 @@ BUILTIN_SUITES: dict[str, tuple[tuple[str, str, dict[str, Any]], ...]] = {
         ("large", "ragen/LargeSokoban-v0", {}),
         ("frozenlake", "ragen/FrozenLake-v0", {}),
     ),
+    # Two-player games: the fixed opponents a self-play run is measured against.
+    "tictactoe": (
+        ("random", "ragen/TicTacToe-v0", {}),
+        ("minimax", "ragen/TicTacToeMinimax-v0", {}),
+    ),
+    "kuhn_poker": (
+        ("random", "ragen/KuhnPoker-v0", {}),
+        ("nash", "ragen/KuhnPokerNash-v0", {}),
+    ),
     # The chance that a move slips to a perpendicular side.
     "frozenlake": tuple(
         (f"slip_{rate:.2f}", "ragen/FrozenLake-v0", {"slip_rate": rate})
@@ -158,7 +167,10 @@ def suite_entries(eval_suites: Any) -> dict[str, list[tuple[str, str, dict[str, 
 def _entry_point(env_id: str) -> Any:
     if is_remote_id(env_id):  # an OpenEnv server: a kind of env of its own
         return env_id
-    return gym.spec(env_id.split(":", 1)[-1]).entry_point
+    try:
+        return gym.spec(env_id.split(":", 1)[-1]).entry_point
+    except gym.error.Error:  # a PettingZoo env's factory (module:env): no registered id
+        return env_id
 
 
 def resolve_suites(config: Any, eval_suites: Any = None) -> dict[str, list[EvalEnv]]:

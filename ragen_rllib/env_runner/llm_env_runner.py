@@ -30,22 +30,22 @@ from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from ragen_rllib.agents.programs import AgentRollouts
-from ragen_rllib.chat.prompts import ChatFormat, PromptFormat, render_turn, with_instructions
+from ragen_rllib.chat.prompts import ChatFormat, PromptFormat
 from ragen_rllib.console import quiet
 from ragen_rllib.distributed.wire import from_wire, is_wire
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.engines.factory import make_engine
 from ragen_rllib.env_choice.env_loading import (
-    actions_left_of,
     import_env_modules,
     make_env,
     make_eval_env,
-    success_of,
 )
 from ragen_rllib.env_choice.env_mix import entry_of_group, format_of, mix_entries, turns_of
 from ragen_rllib.env_choice.eval_suites import EvalEnv
 from ragen_rllib.env_runner.metrics import evaluation_metrics
-from ragen_rllib.env_runner.rollout_state import Rollout, WholeHistory, Window, check_observation
+from ragen_rllib.env_runner.rollout_state import Rollout
+from ragen_rllib.env_runner.self_play import is_self_play, play_games, seat_envs
+from ragen_rllib.env_runner.turns import Turns
 from ragen_rllib.maths.seeding import mix_seed, training_group_seeds
 from ragen_rllib.models.lora import AdapterMerger, LoraSettings
 from ragen_rllib.models.warmup import model_path
@@ -95,6 +95,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self._mailbox = None
         self._version_from_mailbox = -1
         self._agents: AgentRollouts | None = None  # with `agent`: made on first use
+        self._turns = Turns(self)  # a turn's steps (shared with the self-play loop)
 
     # ----- EnvRunner API ------------------------------------------------------------
     def assert_healthy(self) -> None:
@@ -284,6 +285,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         start = time.perf_counter()  # the envs' making counts (a remote one connects)
         entries = [env or entry_of_group(self._mix, g) for g in groups]
         envs = self._make_envs(entries)
+        self_play = cfg.self_play and is_self_play(envs)
+        if self_play:  # the group's envs pair up, two seats of one game
+            seat_envs(envs, groups)
         options = {} if reset_options is None else {"options": reset_options}  # curriculum
         # The N trajectories of a group start from one state, so from one first prompt:
         # each distinct first prompt is encoded once per call (encoding every copy was
@@ -303,12 +307,17 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             )
             roll = Rollout(traj, env_, fmt, chat, turns_of(entry, cfg.max_turns))
             rollouts.append(roll)
-            self._begin(roll, options, first_ids, params.max_new_tokens)
+            if not self_play:
+                self._turns.begin(roll, options, first_ids, params.max_new_tokens)
 
         generated = 0
         reused_before = self.engine.prompt_tokens_reused
         active = [r for r in rollouts if r.context is not None]
         self.engine.clear_cache()
+        if self_play:
+            generate = functools.partial(self._generate, params, sample_seed)
+            generated = play_games(self._turns, rollouts, generate, options, params.max_new_tokens)
+            active = []
         for turn in range(1, max((r.limit for r in rollouts), default=0) + 1):
             if not active:
                 break
@@ -321,74 +330,15 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             generated += sum(len(g.ids) for g in gens)
             active = [
                 r for r, g in zip(active, gens, strict=True)
-                if self._play_turn(r, g, turn, params.max_new_tokens)
+                if self._turns.play(r, g, turn, params.max_new_tokens)
             ]  # fmt: skip
         self.engine.clear_cache()
         if log_metrics:
             self._log_sampling(time.perf_counter() - start, generated, reused_before)
         return [r.traj for r in rollouts]
 
-    def _begin(self, roll: Rollout, options: dict, first_ids: dict, max_new_tokens: int) -> None:
-        """Reset the rollout's env and put in its first prompt (its context), or end it
-        as an env error, or as a context overflow when no answer fits after it."""
-        traj, fmt = roll.traj, roll.fmt
-        try:
-            obs, info = roll.env.reset(seed=traj.seed, **options)
-            check_observation(obs)
-        except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
-            roll.unplayable("env_error", f"reset(): {type(err).__name__}: {err}")
-            return
-        text = render_turn(1, obs, actions_left_of(info), None, fmt)
-        traj.turn_observations.append(obs)
-        traj.turn_prompts.append(with_instructions(roll.env.unwrapped, text, fmt))
-        first = traj.turn_prompts[0]
-        if (fmt, first) not in first_ids:
-            first_ids[fmt, first] = roll.chat.prompt_ids(first)
-        ids, bound = first_ids[fmt, first], self.config.max_context_tokens
-        if len(ids) + max_new_tokens > bound:  # no turn can be played: its group goes
-            why = f"first prompt of {len(ids)} tokens + max_new_tokens > max_context_tokens={bound}"
-            roll.unplayable("context_overflow", why)
-            return
-        window = self.config.context_window
-        if window is None:
-            roll.context = WholeHistory(traj, roll.chat, list(ids))
-        else:
-            unwrapped = roll.env.unwrapped
-            instructions = functools.partial(with_instructions, unwrapped, style=fmt)
-            roll.context = Window(window, traj, roll.chat, ids, text, instructions)
-
-    def _play_turn(self, roll: Rollout, gen, turn: int, max_new_tokens: int) -> bool:
-        """Hand one answer to the env and record the turn; whether the rollout goes on."""
-        traj, context = roll.traj, roll.context
-        context.answer_begins()
-        version, cut = self.engine.policy_version, not gen.ended_with_eos
-        traj.append_generation(gen.ids, gen.behaviour_logp, version, cut)
-        text = roll.chat.prefill + self.tokenizer.decode(gen.ids, skip_special_tokens=True)
-        traj.answers.append(text)
-        try:
-            obs, reward, term, trunc, info = roll.env.step(text)
-            check_observation(obs)
-        except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
-            traj.append_context(roll.chat.closing_ids(gen.ended_with_eos))
-            roll.unplayable("env_error", f"step(): {type(err).__name__}: {err}")
-            return False
-        traj.turn_rewards.append(float(reward))
-        traj.turn_infos.append(info)
-        traj.success = success_of(info, float(reward))
-        if term or trunc or turn == roll.limit:
-            reason = "terminated" if term else "truncated" if trunc else "max_turns"
-            roll.finish(gen.ended_with_eos, reason)
-            return False
-        user = render_turn(turn + 1, obs, actions_left_of(info), reward, roll.fmt)
-        length = context.following(user, gen.ids, gen.ended_with_eos)
-        if length + max_new_tokens > self.config.max_context_tokens:
-            logger.info("trajectory seed %d ends: context would overflow", traj.seed)
-            roll.finish(gen.ended_with_eos, "context_overflow")
-            return False
-        traj.turn_observations.append(obs)
-        traj.turn_prompts.append(user)
-        context.advance()
-        return True
+    def _generate(self, params: SamplingParams, seed: int, prompts, keys, offset: int):
+        return self.engine.generate(prompts, params, seed=seed + offset, cache_keys=keys)
 
     def _log_sampling(self, elapsed: float, generated: int, reused_before: int) -> None:
         self.metrics.log_value("rollout_time_s", elapsed, window=1)

@@ -216,6 +216,8 @@ def check_values(config) -> None:
         env_checks.check_curriculum(config)
     if config.agent is not None or config.agent_tasks is not None:
         env_checks.check_agent(config)
+    if config.self_play:
+        env_checks.check_self_play(config)
 
 
 def _check_vllm(config, bad: Callable[..., ValueError]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from ragen_rllib.agents.programs import SPLITS, load_callable, load_tasks, resolve_path
 from ragen_rllib.algorithms.starpo.config.knobs import KNOBS
 from ragen_rllib.env_choice.env_loading import check_env, make_env, make_eval_env
-from ragen_rllib.env_choice.env_mix import parse_env_mix
+from ragen_rllib.env_choice.env_mix import mix_entries, parse_env_mix
 from ragen_rllib.env_choice.eval_suites import resolve_suites
 from ragen_rllib.env_runner.curriculum import parse_curriculum
 
@@ -142,3 +142,36 @@ def check_agent(config) -> None:
     load_callable(config.agent, "agent")
     for split in SPLITS:
         load_tasks(config.agent_tasks, split)
+
+
+def check_self_play(config) -> None:
+    """``self_play``: one env whose game two seats can play, groups of pairs, and the
+    rollout features that assume one trajectory per env refused."""
+    if config.group_size % 2:
+        raise ValueError(
+            f"config group_size={config.group_size} is invalid with self_play: a group's "
+            "rollouts pair up as the two seats of a game; use an even group_size"
+        )
+    for key in ("env_mix", "agent", "curriculum"):
+        if getattr(config, key) is not None:
+            raise ValueError(f"config {key} is invalid with self_play: not supported yet")
+    if config.partial_rollouts:
+        raise ValueError("config partial_rollouts is invalid with self_play: not supported yet")
+    if (config.env_config or {}).get("invalid_move", "lose_turn") == "lose_game":
+        raise ValueError(
+            "config env_config.invalid_move=lose_game is invalid with self_play: a game lost "
+            "before the other seat's first move leaves it nothing to train; use lose_turn "
+            "(the default under self_play) or retry"
+        )
+    try:  # made as the runners make it: opponent self
+        env = make_eval_env(mix_entries(config)[0]).unwrapped
+    except (TypeError, ValueError) as err:
+        env, why = None, f" ({type(err).__name__}: {err})"
+    else:
+        why = ""
+    if not getattr(env, "self_play", False):
+        raise ValueError(
+            f"config self_play is invalid with env={config.env!r}: it is no two-player game "
+            "that one policy can play from both seats (ragen/TicTacToe-v0, "
+            f"ragen/KuhnPoker-v0, or an env that takes opponent='self'){why}"
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ragen_rllib.algorithms.starpo.config.knob import Knob, knobs
 from ragen_rllib.algorithms.starpo.config.rules import (
+    boolean,
     checked_elsewhere,
     choice,
     custom,
@@ -169,6 +170,15 @@ ROLLOUT = knobs(
         ),
         "several envs in one run: a list of {env, groups, env_config, name, max_turns, "
         "prompt_style, prompt} (docs/envs.md)",
+        cross=True,
+    ),
+    K(
+        "self_play",
+        False,
+        boolean(),
+        "one policy plays both seats of a two-player game (ragen/TicTacToe-v0, "
+        "ragen/KuhnPoker-v0): a group's rollouts pair up, seat 0 and seat 1 of one game, "
+        "each seat's turns its own trajectory (docs/self_play.md)",
         cross=True,
     ),
     K(

@@ -1,0 +1,241 @@
+"""Self-play through the env runner: a group's rollouts pair up as the two seats of one
+game, each seat's turns its own trajectory, both seats answered in the same engine
+batches; the outcome is zero-sum; each seat's prompt shows the other's move."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import private_env, run_script, tiny_config, tiny_dict
+
+from ragen_rllib.engines.base import SamplingParams
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+
+
+@pytest.fixture(scope="module")
+def played():
+    cfg = tiny_config(
+        env="ragen/TicTacToe-v0", self_play=True, group_size=4, max_turns=8,
+        max_new_tokens=12, llm="builtin", minibatch_size=4,
+    )  # fmt: skip
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    calls = []
+    generate = runner.engine.generate
+
+    def counted(prompts, *args, **kwargs):
+        calls.append(len(prompts))
+        return generate(prompts, *args, **kwargs)
+
+    runner.engine.generate = counted
+    seeds, groups = [5] * 4 + [6] * 4 + [7] * 4, [0] * 4 + [1] * 4 + [2] * 4
+    trajs = runner.run_episodes(seeds, groups, SamplingParams(1.0, 1.0, 12), sample_seed=0)
+    yield runner, trajs, calls
+    runner.stop()
+
+
+def test_the_rollouts_of_a_group_are_the_two_seats_of_its_games(played):
+    _, trajs, _ = played
+    for i, traj in enumerate(trajs):
+        assert traj.turn_infos and traj.turn_infos[-1]["seat"] == i % 2
+        assert ("You play X." if i % 2 == 0 else "You play O.") in traj.turn_prompts[0]
+    for first, second in zip(trajs[::2], trajs[1::2], strict=True):
+        # Seats alternate: seat 0 moves first, so it has as many turns or one more.
+        assert len(first.turn_rewards) - len(second.turn_rewards) in (0, 1)
+        assert {first.end_reason, second.end_reason} <= {"terminated", "truncated", "max_turns"}
+        if first.end_reason == "terminated" or second.end_reason == "terminated":
+            a, b = first.turn_infos[-1], second.turn_infos[-1]
+            assert a["payoff"] == -b["payoff"]  # zero-sum
+            outcomes = {a["outcome"], b["outcome"]}
+            assert outcomes in ({"win", "loss"}, {"draw"})
+            assert first.success == (a["outcome"] == "win")
+
+
+def test_a_seats_next_prompt_shows_the_other_seats_move(played):
+    _, trajs, _ = played
+    for second in trajs[1::2]:
+        # O's every prompt comes after X moved (or lost its turn).
+        for prompt in second.turn_prompts:
+            assert "Your opponent (X)" in prompt, prompt
+    for first in trajs[::2]:
+        for prompt in first.turn_prompts[1:]:
+            assert "Your opponent (O)" in prompt, prompt
+
+
+def test_both_seats_are_answered_in_the_same_engine_batches(played):
+    _, trajs, calls = played
+    turns = sum(len(t.turn_rewards) for t in trajs)
+    assert sum(calls) == turns
+    # Seats alternate, but 6 games' seats share every call: far fewer calls than turns.
+    assert len(calls) <= max(len(t.turn_rewards) for t in trajs) * 2 + 1
+    assert max(calls) >= 6
+
+
+def test_evaluation_plays_the_fixed_opponents(played):
+    """A self-play run's evaluation suite (tictactoe: random, minimax) plays the
+    one-agent envs: the model's seat drawn per seed, the opponent inside the env."""
+    from ragen_rllib.env_choice.eval_suites import resolve_suites
+
+    runner, _, _ = played
+    [random, minimax] = resolve_suites(runner.config, ["tictactoe"])["tictactoe"]
+    assert (random.name, minimax.name) == ("random", "minimax")
+    params = SamplingParams(1.0, 1.0, 12)
+    trajs = runner.run_episodes(list(range(8)), list(range(8)), params, 0, env=minimax)
+    seats = {t.turn_infos[0]["seat"] for t in trajs if t.turn_infos}
+    assert seats == {0, 1}
+    assert not any(t.success for t in trajs)  # minimax never loses
+
+
+def test_the_config_refuses_what_self_play_cannot_do():
+    base = dict(env="ragen/TicTacToe-v0", self_play=True, group_size=4, minibatch_size=4)
+    tiny_config(**base).validate()
+    for bad, says in [
+        ({"group_size": 3, "minibatch_size": 2}, "use an even group_size"),
+        ({"env": "ragen/Bandit-v0"}, "is no two-player game"),
+        ({"env_config": {"invalid_move": "lose_game"}}, "invalid_move=lose_game"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            tiny_config(**{**base, **bad}).validate()
+
+
+# ----- a PettingZoo env written here, importing nothing of the project -----------------
+NIM_DUEL = r"""
+# Nim for two: a pile of stones, each turn take 1 or 2; who takes the last stone wins.
+# A PettingZoo AEC env with text observations and the model's answer text as actions.
+
+import re
+import string
+
+import gymnasium
+from pettingzoo import AECEnv
+from pettingzoo.utils.agent_selector import AgentSelector
+
+TAKE = re.compile(r"<answer>\s*([12])\s*</answer>")
+
+
+class NimDuel(AECEnv):
+    metadata = {"name": "nim_duel_v0", "render_modes": [], "is_parallelizable": False}
+
+    def __init__(self, smallest=4, largest=7):
+        super().__init__()
+        self.smallest, self.largest = smallest, largest
+        self.possible_agents = ["first", "second"]
+        text = gymnasium.spaces.Text(max_length=4096, charset=string.printable)
+        self._spaces = {a: text for a in self.possible_agents}
+
+    def observation_space(self, agent):
+        return self._spaces[agent]
+
+    def action_space(self, agent):
+        return self._spaces[agent]
+
+    def instructions(self, agent):
+        return (f"You play Nim as the {agent} player. Players take turns taking 1 or 2 "
+                "stones from the pile; whoever takes the last stone wins. Answer "
+                "<think> ... </think> <answer>1</answer> or <answer>2</answer>.")
+
+    def reset(self, seed=None, options=None):
+        self.np_random, _ = gymnasium.utils.seeding.np_random(seed)
+        self.pile = int(self.np_random.integers(self.smallest, self.largest + 1))
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: {} for a in self.agents}
+        self._selector = AgentSelector(self.agents)
+        self.agent_selection = self._selector.next()
+
+    def observe(self, agent):
+        return f"There are {self.pile} stones in the pile."
+
+    def step(self, action):
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[agent] = 0.0
+        self.rewards = {a: 0.0 for a in self.agents}
+        found = TAKE.search(action or "")
+        if found is None:  # no move named: take one, and a penalty
+            self.rewards[agent] -= 0.1
+        self.pile -= min(int(found.group(1)) if found else 1, self.pile)
+        if self.pile == 0:
+            other = [a for a in self.agents if a != agent][0]
+            self.rewards[agent] += 1.0
+            self.rewards[other] -= 1.0
+            self.terminations = {a: True for a in self.agents}
+            self.infos = {agent: {"success": True}, other: {"success": False}}
+        self._accumulate_rewards()
+        self.agent_selection = self._selector.next()
+
+
+def env(**kwargs):
+    return NimDuel(**kwargs)
+"""
+
+
+@pytest.fixture()
+def nim_module(tmp_path, monkeypatch):
+    (tmp_path / "nim_duel.py").write_text(NIM_DUEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_a_pettingzoo_env_plays_both_seats(nim_module):
+    """env: nim_duel:env (PettingZoo's factory convention): its two agents are a
+    group's paired rollouts; rewards are the AEC env's, zero-sum at the end; its
+    instructions open each seat's first prompt."""
+    assert "ragen" not in NIM_DUEL
+    cfg = tiny_config(
+        env="nim_duel:env", self_play=True, group_size=4, max_turns=8, max_new_tokens=12,
+        llm="builtin", minibatch_size=4,
+    )  # fmt: skip
+    cfg.validate()
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    params = SamplingParams(1.0, 1.0, 12)
+    trajs = runner.run_episodes([3] * 4 + [4] * 4, [0] * 4 + [1] * 4, params, sample_seed=0)
+    runner.stop()
+    for first, second in zip(trajs[::2], trajs[1::2], strict=True):
+        assert first.end_reason == second.end_reason == "terminated"
+        assert "Nim as the first player" in first.turn_prompts[0]
+        assert "Nim as the second player" in second.turn_prompts[0]
+        assert len(first.turn_rewards) - len(second.turn_rewards) in (0, 1)
+        # The last mover won (+1), the other lost (-1); penalties of -0.1 per bad answer.
+        won = first if len(first.turn_rewards) > len(second.turn_rewards) else second
+        lost = second if won is first else first
+        assert won.success and not lost.success
+        assert round(won.turn_rewards[-1], 6) in (1.0, 0.9)
+        assert round(lost.turn_rewards[-1], 6) in (-1.0, -1.1)
+
+
+def test_a_pettingzoo_env_without_self_play_is_refused(nim_module):
+    with pytest.raises(ValueError, match="trains with self_play: true"):
+        tiny_config(env="nim_duel:env").validate()
+
+
+@pytest.mark.slow
+def test_a_pettingzoo_env_trains_two_iterations(nim_module, tmp_path):
+    base = tiny_dict(
+        env="nim_duel:env", self_play=True, group_size=4, env_groups=2, max_turns=8,
+        max_new_tokens=12, minibatch_size=4,
+    )  # fmt: skip
+    script = """
+import json, ray
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+algo = StarPOConfig.from_user_dict(base).build_algo()
+rows = []
+for _ in range(2):
+    r = algo.train()
+    learner = r["learners"]["default_policy"]
+    rows.append({"trained": learner["num_module_steps_trained"], "loss": learner["total_loss"],
+                 "turns": r["rollout"]["num_turns_mean"], "errors": r["rollout"]["env_errors"]})
+algo.stop()
+print(json.dumps({"rows": rows}, default=float))
+"""
+    out = run_script(
+        script, tmp_path, timeout=900, define={"base": base},
+        env=private_env(tmp_path, PYTHONPATH=str(nim_module)),
+    )  # fmt: skip
+    for row in out["rows"]:
+        assert row["trained"] == 8 and row["errors"] == 0 and row["loss"] == row["loss"], row
+        assert row["turns"] >= 2  # a game of at least 4 stones: two turns a seat at least
