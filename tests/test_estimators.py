@@ -18,7 +18,7 @@ import torch
 
 from ragen_rllib.connectors.sample_batch import GroupAdvantages
 from ragen_rllib.maths.advantages import gigpo_advantages, group_normalize, whiten_turns
-from ragen_rllib.maths.estimators import AdvantageSettings
+from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings
 from ragen_rllib.records.trajectory import Trajectory
 
 REWARDS = [1.0, 2.0, 3.0, 5.0, 1.0]
@@ -211,3 +211,28 @@ def test_seq_mean_token_sum_norm_divides_by_a_constant_not_the_length():
     assert aggregate_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx(1.5)
     with pytest.raises(ValueError, match="norm_tokens"):
         aggregate_loss(loss, mask, "seq-mean-token-sum-norm")
+
+
+def test_rae_subtracts_a_running_baseline_per_env_and_seat():
+    """SPIRAL's role-conditioned advantage: the reward minus its (env, seat) baseline,
+    which then moves toward each reward with decay 0.95, from 0, across batches."""
+
+    def game(rewards_and_seats):
+        return [
+            Trajectory(env_id="G", seed=i, group=i // 2, turn_rewards=[0.0, r],
+                       turn_infos=[{"seat": seat}, {"seat": seat}])
+            for i, (r, seat) in enumerate(rewards_and_seats)
+        ]  # fmt: skip
+
+    rae = GroupAdvantages("rae", AdvantageSettings(rae_decay=0.95))
+    first_batch = game([(1.0, 0), (0.0, 1), (-1.0, 0), (0.0, 1)])
+    rae(rl_module=None, batch={}, episodes=first_batch)
+    # Baselines start at 0: the advantage is the reward, on every turn.
+    assert [t.turn_advantages for t in first_batch] == [[1.0] * 2, [0.0] * 2, [-1.0] * 2, [0.0] * 2]
+    seat0 = 0.95 * (0.95 * 0.0 + 0.05 * 1.0) + 0.05 * -1.0  # -0.0025
+    assert rae.role_baselines == {("G", 0): pytest.approx(seat0), ("G", 1): 0.0}
+    second = game([(1.0, 0), (-1.0, 1)])
+    rae(rl_module=None, batch={}, episodes=second)
+    assert second[0].turn_advantages == pytest.approx([1.0 - seat0] * 2)
+    assert second[1].turn_advantages == pytest.approx([-1.0] * 2)
+    assert ESTIMATORS["rae"].default_reward_norm is None  # no group baseline knobs

@@ -158,6 +158,13 @@ class RolloutFilter(ConnectorV2):
         return batch
 
 
+def role_of(traj: Trajectory) -> tuple[str, Any]:
+    """A trajectory's role: its env and, in a two-player game, its seat
+    (``info["seat"]``)."""
+    seat = traj.turn_infos[-1].get("seat") if traj.turn_infos else None
+    return env_name(traj), seat
+
+
 class GroupAdvantages(ConnectorV2):
     """Critic-free advantages from the whole batch: one per turn of every trajectory
     (``turn_advantages``), by the estimator's registry row
@@ -174,6 +181,8 @@ class GroupAdvantages(ConnectorV2):
         if self.estimator.needs_critic:
             raise ValueError(f"{estimator!r} needs a critic: its advantages are the learner's")
         self.settings, self.grouping = settings, grouping
+        #: RAE's running baseline per (env, seat), kept across batches
+        self.role_baselines: dict[Any, float] = {}
 
     def _baseline_groups(self, trajectories: list[Trajectory]) -> list[Any]:
         if self.grouping == "batch":
@@ -192,6 +201,8 @@ class GroupAdvantages(ConnectorV2):
             baseline_groups=self._baseline_groups(trajectories),
             anchors=[t.turn_observations[: t.num_turns] for t in trajectories],
             turn_tokens=[[end - start for _, start, end in t.turn_spans] for t in trajectories],
+            roles=[role_of(t) for t in trajectories],
+            role_baselines=self.role_baselines,
         )
         per_turn = self.estimator.advantages(inputs, self.settings)
         for t, values in zip(trajectories, per_turn, strict=True):

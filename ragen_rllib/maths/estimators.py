@@ -48,6 +48,7 @@ class AdvantageSettings:
     lambda_token: float = 1.0
     gigpo_gamma: float = 0.95
     gigpo_step_weight: float = 1.0
+    rae_decay: float = 0.95
 
 
 @dataclass
@@ -57,13 +58,17 @@ class TurnBatch:
     ``groups``: its initial state's group; ``baseline_groups``: the group its reward
     is normalised in (``reward_norm_grouping``); ``anchors``: the observation each
     turn answered (GiGPO's step groups); ``turn_tokens``: generated tokens per turn
-    (the weight of a turn in REINFORCE++'s whitening)."""
+    (the weight of a turn in REINFORCE++'s whitening); ``roles``: its env and seat
+    (RAE's baseline key); ``role_baselines``: RAE's running baselines, kept by the
+    caller across batches and updated in place."""
 
     turn_rewards: list[list[float]]
     groups: list[Hashable]
     baseline_groups: list[Hashable]
     anchors: list[list[Hashable]]
     turn_tokens: list[list[int]]
+    roles: list[Hashable] | None = None
+    role_baselines: dict[Hashable, float] | None = None
 
     @property
     def totals(self) -> torch.Tensor:
@@ -129,6 +134,19 @@ def _gigpo(batch: TurnBatch, s: AdvantageSettings) -> list[list[float]]:
     )
 
 
+def _rae(batch: TurnBatch, s: AdvantageSettings) -> list[list[float]]:
+    """Role-conditioned advantages (SPIRAL's RAE): the reward minus a running baseline
+    of its env and seat, on every turn; after the batch each baseline moves toward
+    its rewards, ``b = decay * b + (1 - decay) * R`` per trajectory (from 0)."""
+    roles = batch.roles or [None] * len(batch.turn_rewards)
+    baselines = batch.role_baselines if batch.role_baselines is not None else {}
+    totals = batch.totals.tolist()
+    values = [r - baselines.get(role, 0.0) for r, role in zip(totals, roles, strict=True)]
+    for r, role in zip(totals, roles, strict=True):
+        baselines[role] = s.rae_decay * baselines.get(role, 0.0) + (1 - s.rae_decay) * r
+    return _per_turn(values, batch)
+
+
 def _gae(batch: StreamBatch, s: AdvantageSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's GAE over the response stream, the reward on the last token of the
     trajectory or of each turn (``reward_level``)."""
@@ -192,6 +210,9 @@ _ROWS = (
         "group mean subtracted, then whitened",
     ),
     Estimator("gigpo", False, "mean_std", "token-mean", _gigpo, "GRPO plus step-level advantages"),
+    Estimator(
+        "rae", False, None, "token-mean", _rae, "reward minus a running baseline per env and seat"
+    ),
 )
 #: name -> row, in the order the docs list them.
 ESTIMATORS: dict[str, Estimator] = {row.name: row for row in _ROWS}

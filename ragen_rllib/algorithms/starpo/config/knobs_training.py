@@ -67,6 +67,13 @@ ADVANTAGES = knobs(
     K("gigpo_gamma", 0.95, UNIT, "GiGPO: discount of a turn's return in its step group"),
     K("gigpo_step_weight", 1.0, NONNEG, "GiGPO: weight of the step-level advantage"),
     K(
+        "rae_decay",
+        0.95,
+        number(0, 1, high_open=True),
+        "RAE: how much of its running baseline (per env and seat) a trajectory's reward "
+        "leaves (b = decay * b + (1 - decay) * R)",
+    ),
+    K(
         "overlong",
         "none",
         choice(("none", "mask", "penalty")),

@@ -169,6 +169,7 @@ class StarPOConfigBase(AlgorithmConfig):
             lambda_token=self.lambda_token,
             gigpo_gamma=self.gigpo_gamma,
             gigpo_step_weight=self.gigpo_step_weight,
+            rae_decay=self.rae_decay,
         )
 
     @property
