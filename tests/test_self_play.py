@@ -207,6 +207,21 @@ def test_a_pettingzoo_env_plays_both_seats(nim_module):
         assert round(lost.turn_rewards[-1], 6) in (-1.0, -1.1)
 
 
+def test_a_game_over_before_the_second_seats_move_drops_its_group(nim_module):
+    """A pile of one stone: the first seat takes it and wins at once, the second seat
+    has nothing to train; its trajectory is an env error (its group is dropped)."""
+    cfg = tiny_config(
+        env="nim_duel:env", env_config={"smallest": 1, "largest": 1}, self_play=True,
+        group_size=2, max_turns=4, max_new_tokens=8, llm="builtin", minibatch_size=2,
+    )  # fmt: skip
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    first, second = runner.run_episodes([0, 0], [0, 0], SamplingParams(1.0, 1.0, 8), 0)
+    runner.stop()
+    assert first.end_reason == "terminated" and round(first.turn_rewards[-1], 6) in (1.0, 0.9)
+    assert second.end_reason == "env_error" and not second.turn_rewards
+    assert "ended before its first move" in second.error
+
+
 def test_a_pettingzoo_env_without_self_play_is_refused(nim_module):
     with pytest.raises(ValueError, match="trains with self_play: true"):
         tiny_config(env="nim_duel:env").validate()
