@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -310,3 +311,23 @@ def test_runs_logged_under_the_old_metric_names_read_the_same():
     new = {"rollout": {"batch_reward_std": 0.5, "reward_std": 0.4}}
     assert lookup(new, "rollout/batch_reward_std") == 0.5  # the new name first
     assert all(lookup({}, name) != lookup({}, name) for name in OLD_NAMES)  # NaN, no loop
+
+
+def test_flat_keys_with_slashes_are_found_under_their_family():
+    """Metrics such as game/win_rate are logged as one key under rollout/ or an
+    evaluation suite's env: the panels' paths find them, "*" parts included."""
+    from ragen_rllib.cli.report import expand, lookup
+
+    row = {
+        "training_iteration": 1,
+        "rollout": {"game/win_rate": 0.25},
+        "evaluation": {"tictactoe": {"minimax": {"game/win_rate": 0.0},
+                                     "random": {"game/win_rate": 0.75}}},
+    }  # fmt: skip
+    assert lookup(row, "rollout/game/win_rate") == 0.25
+    assert math.isnan(lookup(row, "rollout/game/draw_rate"))
+    assert expand("evaluation/*/*/game/win_rate", [row]) == [
+        ("tictactoe/minimax", "evaluation/tictactoe/minimax/game/win_rate"),
+        ("tictactoe/random", "evaluation/tictactoe/random/game/win_rate"),
+    ]
+    assert lookup(row, "evaluation/tictactoe/random/game/win_rate") == 0.75

@@ -69,6 +69,30 @@ def test_both_seats_are_answered_in_the_same_engine_batches(played):
     assert max(calls) >= 6
 
 
+def test_game_metrics_of_a_self_play_batch_are_zero_sum(played):
+    """Both seats of every game are in the batch: as many wins as losses, and the
+    payoffs (unfinished games 0) average exactly 0."""
+    from ragen_rllib.env_runner.metrics import rollout_metrics
+
+    _, trajs, _ = played
+    out = rollout_metrics(trajs)
+    assert out["game/win_rate"] == out["game/loss_rate"]
+    assert out["game/win_rate"] + out["game/draw_rate"] + out["game/loss_rate"] <= 1
+    assert out["game/payoff_mean"] == 0.0
+    seat0 = out["game/payoff_mean_seat0"]
+    assert out["game/payoff_mean_seat1"] == pytest.approx(-seat0)
+
+
+def test_evaluating_the_training_env_plays_both_seats_of_each_state(played):
+    """A self-play run's evaluation of its own env: every state is a game of two
+    seats (one sample a state gives two trajectories, paired)."""
+    runner, _, _ = played
+    metrics, trajs = runner.evaluate(num_states=3, first_seed=100, temperature=1.0)
+    assert len(trajs) == 6 and metrics["num_trajectories"] == 6
+    assert [t.turn_infos[-1]["seat"] for t in trajs] == [0, 1] * 3
+    assert metrics["game/win_rate"] == metrics["game/loss_rate"]
+
+
 def test_evaluation_plays_the_fixed_opponents(played):
     """A self-play run's evaluation suite (tictactoe: random, minimax) plays the
     one-agent envs: the model's seat drawn per seed, the opponent inside the env."""

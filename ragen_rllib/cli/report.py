@@ -41,6 +41,12 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("eval success per env (env_mix) and suite env",
      (("", "evaluation/*/success_rate"), ("", "evaluation/*/*/success_rate"))),
     ("reward", (("", "rollout/reward_mean"),)),
+    ("game outcomes (train)", (("win", "rollout/game/win_rate"),
+                               ("draw", "rollout/game/draw_rate"),
+                               ("loss", "rollout/game/loss_rate"))),
+    ("eval win rate per opponent (suite env)", (("", "evaluation/*/*/game/win_rate"),)),
+    ("eval draw rate per opponent (suite env)", (("", "evaluation/*/*/game/draw_rate"),)),
+    ("eval payoff per opponent (suite env)", (("", "evaluation/*/*/game/payoff_mean"),)),
     ("in-group reward std", (("sampled", "rollout/in_group_reward_std"),
                              ("kept by the filter", "filter/in_group_reward_std_after"))),
     ("entropy", (("", "learners/default_policy/entropy"),)),
@@ -122,7 +128,12 @@ def lookup(row: dict[str, Any], path: str) -> float:
     """The number at ``path`` ("a/b/c") in a result row (under its old name in a row
     logged before a rename: :data:`OLD_NAMES`); NaN when absent."""
     node: Any = row
-    for part in path.split("/"):
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        rest = "/".join(parts[i:])  # a flat key with slashes ("game/win_rate")
+        if isinstance(node, dict) and part not in node and rest in node:
+            node = node[rest]
+            break
         if not isinstance(node, dict) or part not in node:
             return lookup(row, OLD_NAMES[path]) if path in OLD_NAMES else math.nan
         node = node[part]
@@ -148,6 +159,10 @@ def expand(path: str, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
             found.setdefault("/".join(picked), "/".join(concrete))
             return
         if not isinstance(node, dict):
+            return
+        rest = "/".join(parts[i:])
+        if "*" not in rest and rest in node:  # a flat key with slashes ("game/win_rate")
+            found.setdefault("/".join(picked), "/".join(concrete + [rest]))
             return
         keys = [k for k in node if isinstance(node[k], dict)] if parts[i] == "*" else [parts[i]]
         for key in keys:

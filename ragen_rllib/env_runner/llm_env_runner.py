@@ -150,7 +150,11 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     ) -> tuple[dict[str, float], list[Trajectory]]:
         """``samples_per_state`` trajectories on each of ``num_states`` fixed initial
         states of the training env, or of a suite's ``env``; the states are the
-        groups, so pass@k (each k in ``pass_k``) comes from each state's samples."""
+        groups, so pass@k (each k in ``pass_k``) comes from each state's samples. In
+        self-play the training env's states are played by both seats (twice the
+        trajectories, a game per sample)."""
+        if self.config.self_play and env is None:  # both seats of each game: pairs
+            samples_per_state *= 2
         seeds = [first_seed + i for i in range(num_states) for _ in range(samples_per_state)]
         states = [i for i in range(num_states) for _ in range(samples_per_state)]
         params = SamplingParams(temperature, self.config.top_p, self.config.max_new_tokens)

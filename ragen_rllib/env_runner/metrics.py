@@ -53,8 +53,37 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         if values:
             out[f"env/{key}"] = float(np.mean(values))
     out.update(group_outcomes(trajs))
+    out.update(game_outcomes(trajs))
     out.update(ends)
     return out
+
+
+def game_outcomes(trajs: list[Trajectory]) -> dict[str, float]:
+    """For two-player games (a last turn's info with ``outcome``): the shares of
+    trajectories won, drawn, lost (the rest were cut unfinished), the mean payoff
+    (unfinished: 0) and the mean payoff by seat (``info["seat"]``). {} otherwise."""
+    last = [t.turn_infos[-1] for t in trajs if t.turn_infos and "outcome" in t.turn_infos[-1]]
+    if not last:
+        return {}
+    outcomes = Counter(i["outcome"] for i in last)
+    out = {
+        f"game/{name}_rate": outcomes.get(name, 0) / len(last) for name in ("win", "draw", "loss")
+    }
+    out["game/payoff_mean"] = float(np.mean([i.get("payoff") or 0.0 for i in last]))
+    for seat, infos in _by_seat(last).items():
+        out[f"game/payoff_mean_seat{seat}"] = float(
+            np.mean([i.get("payoff") or 0.0 for i in infos])
+        )
+    return out
+
+
+def _by_seat(infos: list[dict]) -> dict[int, list[dict]]:
+    """The infos by their `seat` (in seat order)."""
+    out: dict = {}
+    for info in infos:
+        if isinstance(info.get("seat"), int):
+            out.setdefault(info["seat"], []).append(info)
+    return dict(sorted(out.items()))
 
 
 def group_outcomes(trajs: list[Trajectory]) -> dict[str, float]:

@@ -38,6 +38,16 @@ def is_self_play(envs: list[Any]) -> bool:
 def seat_envs(envs: list[Any], groups: list[int]) -> None:
     """Pair the batch's envs: in each group, env 2k takes seat 0 of a new game and env
     2k+1 seat 1 of the same game."""
+    sizes: dict[int, int] = {}
+    for group in groups:
+        sizes[group] = sizes.get(group, 0) + 1
+    odd = {g: n for g, n in sizes.items() if n % 2}
+    if odd:
+        raise ValueError(
+            f"self_play: groups of an odd number of rollouts ({odd}): a game needs both seats"
+        )
+    if any(b != a for a, b in zip(groups[::2], groups[1::2], strict=True)):
+        raise ValueError("self_play: a group's rollouts must be next to each other")
     position: dict[int, int] = {}
     for i, (env, group) in enumerate(zip(envs, groups, strict=True)):
         inner = env.unwrapped

@@ -133,6 +133,8 @@ _TRAJECTORY_ROWS = (
      "action_is_effective, format_ok, num_actions)", ""),
     ("end/*", "share of trajectories that ended so (terminated, max_turns, truncated, "
      "context_overflow, env_error)", ""),
+    ("game/*", "two-player games: win_rate, draw_rate, loss_rate (the rest cut "
+     "unfinished), payoff_mean (unfinished 0) and payoff_mean_seat<k> by the model's seat", ""),
     ("groups_all_success", "share of groups whose rollouts all succeeded", ""),
     ("groups_all_fail", "share of groups whose rollouts all failed", ""),
     ("groups_mixed", "share of groups with both (the only ones that rank success "
