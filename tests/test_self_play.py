@@ -246,6 +246,32 @@ def test_a_game_over_before_the_second_seats_move_drops_its_group(nim_module):
     assert "ended before its first move" in second.error
 
 
+def test_pooled_envs_start_each_call_afresh(nim_module):
+    """The runner keeps its envs between calls: a second call's one-stone games still
+    drop their second seat before it moves (no answer spent on a finished game),
+    whatever the same env objects played before; both seats carry their seat."""
+    cfg = tiny_config(
+        env="nim_duel:env", env_config={"smallest": 1, "largest": 2}, self_play=True,
+        group_size=2, max_turns=4, max_new_tokens=8, llm="builtin", minibatch_size=2,
+    )  # fmt: skip
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    params = SamplingParams(1.0, 1.0, 8)
+    dropped = 0
+    for call in range(3):
+        seeds = [10 * call + g for g in range(4) for _ in range(2)]
+        groups = [g for g in range(4) for _ in range(2)]
+        trajs = runner.run_episodes(seeds, groups, params, sample_seed=call)
+        for i, traj in enumerate(trajs):
+            if traj.end_reason == "env_error":
+                assert i % 2 == 1 and not traj.turn_rewards, traj.error
+                assert "ended before its first move" in traj.error
+                dropped += call > 0
+            else:
+                assert traj.turn_infos[-1]["seat"] == i % 2
+    runner.stop()
+    assert dropped >= 1
+
+
 def test_a_pettingzoo_env_without_self_play_is_refused(nim_module):
     with pytest.raises(ValueError, match="trains with self_play: true"):
         tiny_config(env="nim_duel:env").validate()

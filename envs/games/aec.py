@@ -103,7 +103,11 @@ class AECSeat(gym.Env):
         return self._shared.pending.pop(self.agent, 0.0)
 
     def result_info(self) -> dict[str, Any]:
-        return dict(self._shared.aec.infos.get(self.agent, {}))
+        return self._info()
+
+    def _info(self) -> dict[str, Any]:
+        """The AEC env's info for this seat's agent, with ``seat`` (RAE's baseline key)."""
+        return {**dict(self._shared.aec.infos.get(self.agent, {})), "seat": int(self.seat_choice)}
 
     # ----- gymnasium -----------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -112,7 +116,7 @@ class AECSeat(gym.Env):
             self._shared.aec.reset(seed=seed, options=options)
             self._shared.pending = {}
         self._settled = self._done = False
-        return self.observe(), dict(self._shared.aec.infos.get(self.agent, {}))
+        return self.observe(), self._info()
 
     def step(self, action: str):
         aec, shared = self._shared.aec, self._shared
@@ -124,5 +128,4 @@ class AECSeat(gym.Env):
         terminated = bool(aec.terminations.get(self.agent, self.agent not in aec.agents))
         truncated = bool(aec.truncations.get(self.agent)) and not terminated
         self._done = terminated or truncated
-        info = dict(aec.infos.get(self.agent, {}))
-        return self.observe(), reward, terminated, truncated, info
+        return self.observe(), reward, terminated, truncated, self._info()

@@ -90,7 +90,8 @@ def play_games(
     last_answer: dict[int, Any] = {}
     generated, rounds = 0, 0
     while active or pending:
-        for r in [r for r in pending if not r.env.unwrapped.waiting]:
+        started = [r for r in pending if not r.env.unwrapped.waiting]
+        for r in started:
             pending.remove(r)
             turns.begin(r, options, first_ids, max_new_tokens)
             if r.context is not None:
@@ -118,8 +119,10 @@ def play_games(
         _settle(active + pending, partner, last_answer)
         active = [r for r in active if not r.traj.done]
         pending = [r for r in pending if not r.traj.done]
-        if active and not ready and not pending:
-            raise RuntimeError("self-play: no seat is to move in a game that goes on")
+        if (active or pending) and not ready and not started:  # no seat can move
+            for r in active + pending:  # an env that names no agent to move, say
+                r.unplayable("env_error", "neither seat is to move in a game that goes on")
+            break
     return generated
 
 
@@ -131,14 +134,15 @@ def _settle(rollouts: list[Rollout], partner: dict, last_answer: dict) -> None:
             continue
         inner, other = r.env.unwrapped, partner[id(r)]
         gen = last_answer.get(id(r))
+        if gen is None:  # it never moved (its env may not even be reset for this game)
+            if other.traj.done:  # nothing of it to train
+                r.unplayable("env_error", "its game's other seat ended before its first move")
+            continue
         payoff = inner.settle()
-        if payoff is not None and gen is not None:
+        if payoff is not None:
             r.traj.turn_rewards[-1] += payoff
             r.traj.turn_infos[-1] = {**r.traj.turn_infos[-1], **inner.result_info()}
             r.traj.success = payoff > 0
             r.finish(gen.ended_with_eos, "terminated")
-        elif other.traj.done and (payoff is not None or other.traj.end_reason != "terminated"):
-            if gen is None:  # it never moved: nothing of it to train
-                r.unplayable("env_error", "its game's other seat ended before its first move")
-            else:
-                r.finish(gen.ended_with_eos, "truncated")
+        elif other.traj.done:  # cut (turn limit, overflow, env error) or the env left it
+            r.finish(gen.ended_with_eos, "truncated")
