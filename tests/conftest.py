@@ -9,6 +9,7 @@ environment for subprocesses, and a runner for scripts that print JSON.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -155,6 +156,17 @@ def learner_logp_gap(config: Any, trajectories: list, module: Any = None):
     assert tokens == sum(t.response_tokens for t in trajectories) > 0
     gap = (out["logp"] - torch.as_tensor(batch["behaviour_logp"]))[mask].abs().max().item()
     return gap, tokens, batch
+
+
+def absolute_imports(path: Path) -> list[str]:
+    """The modules a file names in its absolute imports, at the top or in a function."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+    return names
 
 
 def private_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -307,3 +319,43 @@ def smollm2_path(model_cache):
     from ragen_rllib.models.resolve import resolve_model
 
     return resolve_model("smollm2-135m-instruct")
+
+
+#: Builds StarPO from ``base`` in a fresh process and trains it ``iterations`` times,
+#: one row a result: ROW stands for a dict expression over the result ``r`` and its
+#: ``learner`` (the default policy's stats).
+_TRAIN_SCRIPT = """
+import json, ray
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+ray.init(num_cpus=2, include_dashboard=False)
+algo = StarPOConfig.from_user_dict(base).build_algo()
+rows = []
+for _ in range(iterations):
+    r = algo.train()
+    learner = r["learners"]["default_policy"]
+    rows.append(ROW)
+name = repr(algo)
+algo.stop()
+print(json.dumps({"rows": rows, "repr": name}, default=float))
+"""
+
+
+def train_iterations(
+    tmp: Path,
+    base: Mapping[str, Any],
+    row: str,
+    *,
+    iterations: int = 2,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 900,
+) -> dict[str, Any]:
+    """``iterations`` StarPO iterations of the config ``base`` in a fresh process
+    (:func:`run_script`): {"rows": one ``row`` (a dict expression over the result
+    ``r`` and ``learner``) per iteration, "repr": the algorithm's repr}."""
+    return run_script(
+        _TRAIN_SCRIPT.replace("ROW", row),
+        tmp,
+        timeout=timeout,
+        env=env,
+        define={"base": dict(base), "iterations": iterations},
+    )

@@ -5,7 +5,6 @@ agent generated trains as any trajectory does. The agents under test
 
 from __future__ import annotations
 
-import ast
 import json
 import multiprocessing
 import os
@@ -16,7 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import learner_logp_gap, private_env, run_script, tiny_config, tiny_dict
+from conftest import (
+    absolute_imports,
+    learner_logp_gap,
+    tiny_config,
+    tiny_dict,
+    train_iterations,
+)
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from ragen_rllib.agents.programs import (
@@ -397,36 +402,15 @@ def test_an_openai_client_agent_trains_for_two_iterations(tmp_path):
     """tuned_examples/agents/bandit_agent.py (the openai client and the standard
     library) trains two iterations through StarPO."""
     example = ROOT / "tuned_examples" / "agents" / "bandit_agent.py"
-    imported = set()
-    for node in ast.walk(ast.parse(example.read_text())):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
+    imported = {name.split(".")[0] for name in absolute_imports(example)}
     assert imported == {"__future__", "random", "re", "openai"}  # nothing of the project
     base = tiny_dict(
         agent=f"{example}:run", agent_tasks=f"{example}:tasks", max_new_tokens=24, max_turns=5
     )
-    script = """
-import json, ray
-from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
-ray.init(num_cpus=2, include_dashboard=False)
-algo = StarPOConfig.from_user_dict(base).build_algo()
-rows = []
-for _ in range(2):
-    r = algo.train()
-    learner = r["learners"]["default_policy"]
-    rows.append({"trained": learner["num_module_steps_trained"],
-                 "loss": learner["total_loss"],
-                 "env_errors": r["rollout"]["env_errors"],
-                 "agent_errors": r["env_runners"]["agents"]["agent_errors"]})
-name = repr(algo)
-algo.stop()
-print(json.dumps({"rows": rows, "repr": name}, default=float))
-"""
-    out = run_script(
-        script, tmp_path, timeout=600, env=private_env(tmp_path), define={"base": base}
-    )
+    fields = """{"trained": learner["num_module_steps_trained"], "loss": learner["total_loss"],
+              "env_errors": r["rollout"]["env_errors"],
+              "agent_errors": r["env_runners"]["agents"]["agent_errors"]}"""
+    out = train_iterations(tmp_path, base, fields, timeout=600)
     rows = out["rows"]
     assert out["repr"].startswith("StarPO(agent=bandit_agent.py:run; ")  # Ray's log prefix
     assert len(rows) == 2
@@ -442,12 +426,7 @@ def test_a_langchain_agent_with_stop_sequences_trains_for_two_iterations(tmp_pat
     answers end at the stop sequence, and the history LangChain sends back
     continues each trajectory's recorded ids (no segment restarts)."""
     example = ROOT / "tuned_examples" / "agents" / "guess_agent.py"
-    imported = set()
-    for node in ast.walk(ast.parse(example.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-        elif isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
+    imported = {name.split(".")[0] for name in absolute_imports(example)}
     assert imported == {"__future__", "re", "langchain_core", "langchain_openai"}
     base = tiny_dict(
         agent=f"{example}:run",
@@ -457,26 +436,11 @@ def test_a_langchain_agent_with_stop_sequences_trains_for_two_iterations(tmp_pat
         max_turns=5,
         llm="builtin",
     )  # fmt: skip  (the pretrained built-in model writes the <answer> block)
-    script = """
-import json, ray
-from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
-ray.init(num_cpus=2, include_dashboard=False)
-algo = StarPOConfig.from_user_dict(base).build_algo()
-rows = []
-for _ in range(2):
-    r = algo.train()
-    learner = r["learners"]["default_policy"]
-    agents = r["env_runners"]["agents"]
-    rows.append({"trained": learner["num_module_steps_trained"],
-                 "loss": learner["total_loss"],
-                 "turns": r["rollout"]["num_turns_mean"],
-                 "agents": {k: v for k, v in agents.items() if isinstance(v, (int, float))}})
-algo.stop()
-print(json.dumps({"rows": rows}, default=float))
-"""
-    out = run_script(
-        script, tmp_path, timeout=900, env=private_env(tmp_path), define={"base": base}
-    )
+    fields = """{"trained": learner["num_module_steps_trained"], "loss": learner["total_loss"],
+              "turns": r["rollout"]["num_turns_mean"],
+              "agents": {k: v for k, v in r["env_runners"]["agents"].items()
+                         if isinstance(v, (int, float))}}"""
+    out = train_iterations(tmp_path, base, fields)
     rows = out["rows"]
     assert len(rows) == 2
     for row in rows:

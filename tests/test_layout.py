@@ -12,6 +12,7 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import absolute_imports
 
 import ragen_rllib
 
@@ -113,17 +114,6 @@ def imports_of(name: str) -> set[str]:
 
 
 GRAPH = {name: imports_of(name) for name in MODULES}
-
-
-def absolute_imports(path: Path) -> list[str]:
-    """The modules a file names in its absolute imports, at the top or in a function."""
-    names = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and not node.level:
-            names.append(node.module or "")
-    return names
 
 
 def imports_env_package(name: str) -> bool:

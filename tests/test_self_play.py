@@ -5,7 +5,7 @@ batches; the outcome is zero-sum; each seat's prompt shows the other's move."""
 from __future__ import annotations
 
 import pytest
-from conftest import private_env, run_script, tiny_config, tiny_dict
+from conftest import private_env, tiny_config, tiny_dict, train_iterations
 
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
@@ -283,24 +283,11 @@ def test_a_pettingzoo_env_trains_two_iterations(nim_module, tmp_path):
         env="nim_duel:env", self_play=True, group_size=4, env_groups=2, max_turns=8,
         max_new_tokens=12, minibatch_size=4,
     )  # fmt: skip
-    script = """
-import json, ray
-from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
-ray.init(num_cpus=2, include_dashboard=False)
-algo = StarPOConfig.from_user_dict(base).build_algo()
-rows = []
-for _ in range(2):
-    r = algo.train()
-    learner = r["learners"]["default_policy"]
-    rows.append({"trained": learner["num_module_steps_trained"], "loss": learner["total_loss"],
-                 "turns": r["rollout"]["num_turns_mean"], "errors": r["rollout"]["env_errors"]})
-algo.stop()
-print(json.dumps({"rows": rows}, default=float))
-"""
-    out = run_script(
-        script, tmp_path, timeout=900, define={"base": base},
-        env=private_env(tmp_path, PYTHONPATH=str(nim_module)),
-    )  # fmt: skip
+    fields = """{"trained": learner["num_module_steps_trained"], "loss": learner["total_loss"],
+              "turns": r["rollout"]["num_turns_mean"], "errors": r["rollout"]["env_errors"]}"""
+    out = train_iterations(
+        tmp_path, base, fields, env=private_env(tmp_path, PYTHONPATH=str(nim_module))
+    )
     for row in out["rows"]:
         assert row["trained"] == 8 and row["errors"] == 0 and row["loss"] == row["loss"], row
         assert row["turns"] >= 2  # a game of at least 4 stones: two turns a seat at least
