@@ -68,7 +68,7 @@ class AECSeat(gym.Env):
             )
         self._shared = _Shared(aec)
         self.seat_choice: int | str = 0
-        self._settled = self._done = False
+        self._done = False
         self._owns = True
         if callable(getattr(aec, "instructions", None)):  # opens the seat's first prompt
             self.instructions = lambda: str(self._shared.aec.instructions(self.agent))
@@ -97,9 +97,9 @@ class AECSeat(gym.Env):
         return str(self._shared.aec.observe(self.agent))
 
     def settle(self) -> float | None:
-        if self._settled or self._done or not self._shared.over(self.agent):
+        if self._done or not self._shared.over(self.agent):
             return None
-        self._settled = self._done = True
+        self._done = True
         return self._shared.pending.pop(self.agent, 0.0)
 
     def result_info(self) -> dict[str, Any]:
@@ -115,7 +115,7 @@ class AECSeat(gym.Env):
         if self._owns:
             self._shared.aec.reset(seed=seed, options=options)
             self._shared.pending = {}
-        self._settled = self._done = False
+        self._done = False
         return self.observe(), self._info()
 
     def step(self, action: str):

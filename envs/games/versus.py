@@ -83,16 +83,20 @@ class VersusEnv(TextEnv):
         self.self_play = opponent == "self"
         self._opponent = None if self.self_play else player_of(self.game, opponent)
         self._owns_game = True  # resets the game (False: a partner's game, joined)
-        self._settled = False
+        self._drawn_seat = 0  # the seat drawn for this episode (seat: random)
         self.seat_choice, self.invalid_move = seat, invalid_move
         kwargs.setdefault("action_budget", self.game.max_moves)
         kwargs.setdefault("max_actions_per_turn", 1)
         kwargs.setdefault("max_turns", self.game.max_moves + 3)
         super().__init__(**kwargs)
-        self.seat = 0
         self._payoff: float | None = None
 
     # ----- the game ------------------------------------------------------------
+    @property
+    def seat(self) -> int:
+        """The model's side: ``seat_choice``, or the one drawn for the episode."""
+        return self._drawn_seat if self.seat_choice == "random" else int(self.seat_choice)
+
     @property
     def action_names(self) -> tuple[str, ...]:
         """The actions allowed now (once the game is over, all of the game's)."""
@@ -101,11 +105,8 @@ class VersusEnv(TextEnv):
     def _new_episode(self) -> None:
         if self._owns_game:
             self.game.reset(self.np_random)
-        self._settled = False
         if self.seat_choice == "random":
-            self.seat = int(self.np_random.integers(2))
-        else:
-            self.seat = int(self.seat_choice)
+            self._drawn_seat = int(self.np_random.integers(2))
         self._payoff = None
         self._opponent_moves()
 
@@ -171,8 +172,7 @@ class VersusEnv(TextEnv):
     @property
     def waiting(self) -> bool:
         """Self-play: the game goes on and the other seat is to move."""
-        seat = self.seat if self.seat_choice == "random" else int(self.seat_choice)
-        return self.game.payoffs() is None and self.game.to_move != seat
+        return self.game.payoffs() is None and self.game.to_move != self.seat
 
     def observe(self) -> str:
         """The observation now (after the other seat's moves)."""
@@ -182,9 +182,9 @@ class VersusEnv(TextEnv):
         """Self-play: this seat's payoff once, when the other seat's move ended the
         game (None while it goes on or once paid); the episode is then over."""
         payoffs = self.game.payoffs()
-        if payoffs is None or self._settled or self._done:
+        if payoffs is None or self._done:
             return None
-        self._settled, self._done = True, True
+        self._done = True
         self._payoff = payoffs[self.seat]
         return self._payoff
 
