@@ -87,6 +87,14 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
         "ragen_envs.games.versus:VersusEnv",
         {"game": "kuhn_poker", "opponent": "nash"},
     ),
+    "ragen/SimpleNegotiation-v0": (
+        "ragen_envs.games.versus:VersusEnv",
+        {"game": "simple_negotiation", "opponent": "random"},
+    ),
+    "ragen/SimpleNegotiationTrader-v0": (
+        "ragen_envs.games.versus:VersusEnv",
+        {"game": "simple_negotiation", "opponent": "trader"},
+    ),
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on (today every registered one): its

@@ -20,8 +20,7 @@ import numpy as np
 
 from . import ENV_IDS
 from .core.base import TextEnv
-from .games.players import player_of
-from .games.rules import TicTacToe
+from .games.players import REFERENCE, player_of
 from .games.versus import VersusEnv
 from .grids.frozenlake import FrozenLakeEnv, shortest_path
 from .grids.game2048 import Game2048Env, plan_moves
@@ -69,8 +68,8 @@ def planner(env: TextEnv, rng: np.random.Generator) -> list[str]:
         return [env.gold]
     if isinstance(env, SearchQAEnv):  # searches the question's chain of passages by title
         return [oracle_command(env)]
-    if isinstance(env, VersusEnv):  # the game's reference player: minimax, or Nash
-        best = "minimax" if isinstance(env.game, TicTacToe) else "nash"
+    if isinstance(env, VersusEnv):  # the game's reference player: minimax, Nash, trader
+        best = REFERENCE[type(env.game)]
         return [player_of(env.game, best)(env.game, rng)]
     raise TypeError(f"no planner for {type(env).__name__}")
 

@@ -1,6 +1,7 @@
 """Two-player zero-sum text games: their rules, reference players, and the
 one-agent env that plays a game against a fixed opponent."""
 
+from .negotiation import SimpleNegotiation
 from .players import (
     PLAYERS,
     minimax_player,
@@ -8,11 +9,13 @@ from .players import (
     nash_policy,
     player_of,
     random_player,
+    trader_player,
 )
 from .rules import Game, KuhnPoker, TicTacToe
 from .versus import GAMES, INVALID_MOVES, VersusEnv
 
 __all__ = [
-    "GAMES", "INVALID_MOVES", "PLAYERS", "Game", "KuhnPoker", "TicTacToe", "VersusEnv",
-    "minimax_player", "nash_player", "nash_policy", "player_of", "random_player",
+    "GAMES", "INVALID_MOVES", "PLAYERS", "Game", "KuhnPoker", "SimpleNegotiation",
+    "TicTacToe", "VersusEnv", "minimax_player", "nash_player", "nash_policy", "player_of",
+    "random_player", "trader_player",
 ]  # fmt: skip

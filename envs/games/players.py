@@ -9,6 +9,9 @@ A player is a function ``(game, rng) -> action`` that picks one of
 - ``nash`` (Kuhn Poker): an equilibrium strategy (:func:`nash_policy`; the
   family with parameter ``alpha`` in [0, 1/3], here 1/6). Against it no strategy of the first player
   averages more than -1/18 a hand, none of the second more than +1/18.
+- ``trader`` (Simple Negotiation): :func:`trader_player`, a plain trader that
+  accepts what raises its own value and proposes what it expects the other
+  side to take.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from functools import cache
 
 import numpy as np
 
+from .negotiation import BASE_VALUES, GOODS, SimpleNegotiation, offer_name
 from .rules import KuhnPoker, TicTacToe
 
 Player = Callable[[object, np.random.Generator], str]
@@ -88,10 +92,50 @@ def nash_player(game: KuhnPoker, rng: np.random.Generator) -> str:
     return next(reversed(policy))
 
 
+def trader_player(game: SimpleNegotiation, rng: np.random.Generator) -> str:
+    """Accept an offer that raises this player's value (by its own values); else
+    propose the trade of one good for one other that gains it the most while the
+    other side, valued at the base values, loses nothing (ties drawn at random);
+    pass when no such trade exists."""
+    me = game.to_move
+    values, base = game.values[me], dict(zip(GOODS, BASE_VALUES, strict=True))
+    legal = game.legal()
+    if "accept" in legal:
+        give, good, get, wanted = game.pending  # the proposer gives `good`, wants `wanted`
+        if give * values[good] > get * values[wanted]:
+            return "accept"
+    best, offers = 0, []
+    for good in GOODS:
+        for wanted in GOODS:
+            if wanted == good:
+                continue
+            for n in range(1, 6):
+                for m in range(1, 6):
+                    if game.stock[me][good] < n or m * base[wanted] > n * base[good]:
+                        continue
+                    gain = m * values[wanted] - n * values[good]
+                    if gain > best:
+                        best, offers = gain, []
+                    if gain == best and gain > 0:
+                        offers.append(offer_name(n, good, m, wanted))
+    if offers:
+        return offers[int(rng.integers(len(offers)))]
+    return "reject" if "reject" in legal else "pass"
+
+
 #: game class -> the reference players it can be played against
 PLAYERS: dict[type, dict[str, Player]] = {
     TicTacToe: {"random": random_player, "minimax": minimax_player},
     KuhnPoker: {"random": random_player, "nash": nash_player},
+    SimpleNegotiation: {"random": random_player, "trader": trader_player},
+}
+
+
+#: game class -> the name of its strongest reference player (the demo's planner)
+REFERENCE: dict[type, str] = {
+    TicTacToe: "minimax",
+    KuhnPoker: "nash",
+    SimpleNegotiation: "trader",
 }
 
 

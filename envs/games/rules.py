@@ -75,6 +75,17 @@ class Game:
         """The state as ``player`` sees it."""
         raise NotImplementedError
 
+    #: the game's name in prompts
+    title: str = ""
+
+    def rules_text(self, role: str) -> str:
+        """The rules and the reward, for the player whose role is ``role``."""
+        raise NotImplementedError
+
+    def legal_text(self) -> str:
+        """The actions the player to move may take, as the prompt lists them."""
+        return ", ".join(self.legal())
+
 
 class TicTacToe(Game):
     roles = ("X", "O")
@@ -129,6 +140,17 @@ class TicTacToe(Game):
             )
         lines += ["Board:", *rows]
         return "\n".join(lines)
+
+    title = "TicTacToe"
+
+    def rules_text(self, role: str) -> str:
+        return (
+            f"You play TicTacToe as {role} against an opponent. Players take turns "
+            "marking a free cell of the 3x3 board; X moves first. Three of your marks "
+            "in a row, a column or a diagonal win; a full board without that is a draw. "
+            "The cells are numbered 1 to 9, row by row.\nReward: 1 for a win, 0 for a "
+            "draw, -1 for a loss.\nActions: the number of one free cell."
+        )
 
 
 CARDS = ("J", "Q", "K")
@@ -194,3 +216,16 @@ class KuhnPoker(Game):
         if self.folded is None and self.resigned is None and self.payoffs() is not None:
             lines.append(f"Showdown: your opponent's card was {CARDS[self.cards[1 - player]]}.")
         return "\n".join(lines)
+
+    title = "Kuhn Poker"
+
+    def rules_text(self, role: str) -> str:
+        return (
+            f"You play Kuhn Poker as the {role} against one opponent. The deck has three "
+            "cards, J lower than Q lower than K. Each player gets one card and puts 1 chip "
+            "in the pot. The first player checks or bets 1 chip; after a check the second "
+            "player checks or bets; facing a bet a player calls (puts in 1 chip) or folds "
+            "(gives up the pot). If nobody folds, the higher card takes the pot.\n"
+            "Reward: the chips you win or lose.\nActions: check, bet, call, fold (those "
+            "allowed now are listed each turn)."
+        )

@@ -30,11 +30,16 @@ import string
 from typing import Any
 
 from ..core.base import TextEnv
+from .negotiation import SimpleNegotiation
 from .players import player_of
 from .rules import Game, KuhnPoker, TicTacToe
 
 #: game name -> its rules
-GAMES: dict[str, type[Game]] = {"tictactoe": TicTacToe, "kuhn_poker": KuhnPoker}
+GAMES: dict[str, type[Game]] = {
+    "tictactoe": TicTacToe,
+    "kuhn_poker": KuhnPoker,
+    "simple_negotiation": SimpleNegotiation,
+}
 INVALID_MOVES = ("lose_game", "lose_turn", "retry")
 SEATS = ("random", 0, 1)
 
@@ -204,8 +209,7 @@ class VersusEnv(TextEnv):
         if self._payoff is not None:
             outcome = "won" if self._payoff > 0 else "lost" if self._payoff < 0 else "drew"
             return f"{text}\nThe game is over: you {outcome} ({self._payoff:+g})."
-        legal = self.game.legal()
-        return f"{text}\nYour actions now: {', '.join(legal)}."
+        return f"{text}\nYour actions now: {self.game.legal_text()}."
 
     # ----- the prompt ----------------------------------------------------------
     def _invalid_rule(self) -> str:
@@ -216,28 +220,10 @@ class VersusEnv(TextEnv):
         }[self.invalid_move]
 
     def _full_instructions(self) -> str:
-        role = self.game.roles[self.seat]
+        rules = self.game.rules_text(self.game.roles[self.seat])
         budget = f"You have at most {self.action_budget} actions in the game."
-        if isinstance(self.game, TicTacToe):
-            return (
-                f"You play TicTacToe as {role} against an opponent. Players take turns "
-                "marking a free cell of the 3x3 board; X moves first. Three of your marks "
-                "in a row, a column or a diagonal win; a full board without that is a draw. "
-                "The cells are numbered 1 to 9, row by row.\nReward: 1 for a win, 0 for a "
-                "draw, -1 for a loss.\nActions: the number of one free cell. "
-                f"{self._invalid_rule()} {budget}"
-            )
-        return (
-            f"You play Kuhn Poker as the {role} against one opponent. The deck has three "
-            "cards, J lower than Q lower than K. Each player gets one card and puts 1 chip "
-            "in the pot. The first player checks or bets 1 chip; after a check the second "
-            "player checks or bets; facing a bet a player calls (puts in 1 chip) or folds "
-            "(gives up the pot). If nobody folds, the higher card takes the pot.\n"
-            "Reward: the chips you win or lose.\nActions: check, bet, call, fold (those "
-            f"allowed now are listed each turn). {self._invalid_rule()} {budget}"
-        )
+        return f"{rules} {self._invalid_rule()} {budget}"
 
     def _compact_instructions(self) -> str:
-        names = ", ".join(self.action_names)
-        kind = "TicTacToe" if isinstance(self.game, TicTacToe) else "Kuhn Poker"
-        return f"{kind}, you are {self.game.roles[self.seat]}. Answer one of: {names}."
+        role = self.game.roles[self.seat]
+        return f"{self.game.title}, you are {role}. Answer one of: {self.game.legal_text()}."

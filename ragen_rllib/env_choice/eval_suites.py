@@ -60,6 +60,10 @@ BUILTIN_SUITES: dict[str, tuple[tuple[str, str, dict[str, Any]], ...]] = {
         ("random", "ragen/KuhnPoker-v0", {}),
         ("nash", "ragen/KuhnPokerNash-v0", {}),
     ),
+    "simple_negotiation": (
+        ("random", "ragen/SimpleNegotiation-v0", {}),
+        ("trader", "ragen/SimpleNegotiationTrader-v0", {}),
+    ),
     # The chance that a move slips to a perpendicular side.
     "frozenlake": tuple(
         (f"slip_{rate:.2f}", "ragen/FrozenLake-v0", {"slip_rate": rate})
