@@ -43,6 +43,7 @@ from ragen_rllib.env_choice.env_loading import (
 from ragen_rllib.env_choice.env_mix import entry_of_group, format_of, mix_entries, turns_of
 from ragen_rllib.env_choice.eval_suites import EvalEnv
 from ragen_rllib.env_runner.metrics import evaluation_metrics
+from ragen_rllib.env_runner.opponents import Opponents
 from ragen_rllib.env_runner.rollout_state import Rollout
 from ragen_rllib.env_runner.self_play import is_self_play, play_games, seat_envs
 from ragen_rllib.env_runner.turns import Turns
@@ -96,6 +97,14 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self._version_from_mailbox = -1
         self._agents: AgentRollouts | None = None  # with `agent`: made on first use
         self._turns = Turns(self)  # a turn's steps (shared with the self-play loop)
+        self._opponents = None  # self-play against snapshots of the trained policy
+        if config.opponent_setup is not None:
+            self._opponents = Opponents(
+                config.opponent_setup,
+                config.opponent_snapshot_interval,
+                config.opponent_pool_size,
+                lambda: make_engine(config, self._model_path, self.tokenizer),
+            )
 
     # ----- EnvRunner API ------------------------------------------------------------
     def assert_healthy(self) -> None:
@@ -219,6 +228,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             if self._lora is not None:
                 weights = self._lora.merged(weights)
             self.engine.load_weights(weights, version)
+            if self._opponents is not None:
+                self._opponents.record(weights, version)
             self.metrics.log_value("weights_load_s", time.perf_counter() - start, window=1)
         self._num_sample_calls = int(state.get("num_sample_calls", self._num_sample_calls))
         self.num_env_steps_sampled_lifetime = int(
@@ -318,6 +329,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         reused_before = self.engine.prompt_tokens_reused
         active = [r for r in rollouts if r.context is not None]
         self.engine.clear_cache()
+        if self_play and self._opponents is not None:  # which policy plays each seat
+            self._opponents.seat(rollouts, seeds[::2])
+            self._opponents.draw(sample_seed)
         if self_play:
             generate = functools.partial(self._generate, params, sample_seed)
             generated = play_games(self._turns, rollouts, generate, options, params.max_new_tokens)
@@ -339,10 +353,19 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.engine.clear_cache()
         if log_metrics:
             self._log_sampling(time.perf_counter() - start, generated, reused_before)
+        if self._opponents is not None and self_play:
+            self._opponents.clear_caches()
+            if log_metrics:
+                for key, value in self._opponents.metrics().items():
+                    self.metrics.log_value(key, value, window=1)
+            # The opponents' trajectories are not trained on (a failed one stays: its
+            # group leaves the update with it).
+            return [r.traj for r in rollouts if r.policy is None or r.traj.unplayable]
         return [r.traj for r in rollouts]
 
-    def _generate(self, params: SamplingParams, seed: int, prompts, keys, offset: int):
-        return self.engine.generate(prompts, params, seed=seed + offset, cache_keys=keys)
+    def _generate(self, params, seed: int, prompts, keys, offset: int, policy=None):
+        engine = self.engine if policy is None else self._opponents.engine(policy)
+        return engine.generate(prompts, params, seed=seed + offset, cache_keys=keys)
 
     def _log_sampling(self, elapsed: float, generated: int, reused_before: int) -> None:
         self.metrics.log_value("rollout_time_s", elapsed, window=1)

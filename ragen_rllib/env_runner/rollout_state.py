@@ -112,6 +112,7 @@ class Rollout:
     chat: ChatFormat
     limit: int  # turns at most
     context: Context | None = None  # None until its first prompt is in
+    policy: str | None = None  # self-play against opponents: an opponent's id (None: trained)
 
     def unplayable(self, reason: str, error: str) -> None:
         """End without a true return (an env error, or a first prompt that leaves no

@@ -73,8 +73,9 @@ def play_games(
     options: dict,
     max_new_tokens: int,
 ) -> int:
-    """Play the paired rollouts to their end; ``generate(prompts, keys, round)`` is one
-    engine call. Returns the tokens generated."""
+    """Play the paired rollouts to their end; ``generate(prompts, keys, round, policy)``
+    is one engine call (``policy``: a rollout's, None for the trained policy).
+    Returns the tokens generated."""
     first_ids: dict = {}
     partner = {id(r): rollouts[i + (1 if i % 2 == 0 else -1)] for i, r in enumerate(rollouts)}
     pending = [r for i, r in enumerate(rollouts) if i % 2]  # seat 1: begun at its first move
@@ -108,8 +109,15 @@ def play_games(
             ready.append(r)
         if ready:
             rounds += 1
-            gens = generate([r.context.prompt for r in ready], [id(r) for r in ready], rounds)
-            for r, gen in zip(ready, gens, strict=True):
+            by_policy: dict[str | None, list[Rollout]] = {}  # opponents: their own engines
+            for r in ready:
+                by_policy.setdefault(r.policy, []).append(r)
+            gens = {}
+            for policy, batch in by_policy.items():
+                prompts, keys = [r.context.prompt for r in batch], [id(r) for r in batch]
+                gens.update(zip(keys, generate(prompts, keys, rounds, policy), strict=True))
+            for r in ready:
+                gen = gens[id(r)]
                 generated += len(gen.ids)
                 turn = len(r.traj.turn_rewards) + 1
                 last_answer[id(r)] = gen

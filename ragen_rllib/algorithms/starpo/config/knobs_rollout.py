@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragen_rllib.algorithms.starpo.config.knob import Knob, knobs
+from ragen_rllib.algorithms.starpo.config.knob import RLLIB_OWN, Knob, knobs
 from ragen_rllib.algorithms.starpo.config.rules import (
     boolean,
     checked_elsewhere,
@@ -179,6 +179,63 @@ ROLLOUT = knobs(
         "one policy plays both seats of a two-player game (ragen/TicTacToe-v0, "
         "ragen/KuhnPoker-v0): a group's rollouts pair up, seat 0 and seat 1 of one game, "
         "each seat's turns its own trajectory (docs/self_play.md)",
+        cross=True,
+    ),
+    K(
+        "policies",
+        RLLIB_OWN,
+        custom(
+            lambda v: (
+                isinstance(v, list | tuple | set | frozenset | dict)
+                and bool(v)
+                and all(isinstance(i, str) and i for i in v)
+            ),
+            "must be a list of policy ids (RLlib's multi_agent); besides the trained one, "
+            "opponents for self_play",
+        ),
+        "self_play: the policies that may sit at a seat; those not trained play "
+        "snapshots of the trained one (docs/self_play.md)",
+        rllib=True,
+        cross=True,
+    ),
+    K(
+        "policies_to_train",
+        RLLIB_OWN,
+        custom(
+            lambda v: (
+                v is None
+                or (isinstance(v, list | tuple | set) and all(isinstance(i, str) for i in v))
+            ),
+            "must be null or a list naming exactly one of policies",
+        ),
+        "the one policy the learner trains (the others are its snapshots)",
+        rllib=True,
+        cross=True,
+    ),
+    K(
+        "policy_mapping_fn",
+        RLLIB_OWN,
+        custom(
+            lambda v: callable(v) or (isinstance(v, str) and bool(v)),
+            "must be 'alternate', 'module:function' or a callable (agent_id, episode) -> policy id",
+        ),
+        "which policy plays each seat (agent ids player_0, player_1) of each game",
+        rllib=True,
+        cross=True,
+    ),
+    K(
+        "opponent_snapshot_interval",
+        0,
+        integer(0),
+        "opponents play a snapshot of the trained policy taken every this many weight "
+        "updates (0: the weights at the start, a frozen copy)",
+        cross=True,
+    ),
+    K(
+        "opponent_pool_size",
+        1,
+        integer(1),
+        "snapshots kept; each sample's opponents play one drawn from them (1: the latest)",
         cross=True,
     ),
     K(

@@ -19,6 +19,12 @@ from ragen_rllib.algorithms.starpo.config.knobs import RLLIB_DEFAULTS, STARPO_DE
 from ragen_rllib.algorithms.starpo.config.yaml_front import config_from_user_dict
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.distributed.learner_group import build_learner_group
+from ragen_rllib.env_choice.opponents import (
+    DEFAULT_POLICY_ID,
+    OpponentSetup,
+    read_setup,
+    uses_opponents,
+)
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, Estimator
@@ -41,6 +47,9 @@ class StarPOConfigBase(AlgorithmConfig):
         for key, value in {**STARPO_DEFAULTS, **RLLIB_DEFAULTS}.items():
             setattr(self, key, copy.deepcopy(value))
         self.env_runner_cls = LLMEnvRunner
+        #: self_play's opponents, read from RLlib's multi-agent settings by validate()
+        #: (which then leaves RLlib one policy, the learner's: env_choice/opponents.py)
+        self.opponent_setup: OpponentSetup | None = None
         # No sync of the runners' states after every iteration (as RLlib's IMPALA):
         # the runners hold no connector state and the driver keeps the counters, and
         # the sync is a blocking call on every runner, which queues behind the
@@ -235,5 +244,14 @@ class StarPOConfigBase(AlgorithmConfig):
             return
         # Remote runners do all the sampling: no idle runner in the driver.
         self.create_local_env_runner = self.num_env_runners == 0
+        if uses_opponents(self):
+            # Opponents are snapshots the runners play; the learner has one module, the
+            # trained policy's, under RLlib's default id (RLlib is left single-agent).
+            self.opponent_setup = read_setup(self)
+            self.multi_agent(
+                policies={DEFAULT_POLICY_ID},
+                policy_mapping_fn=AlgorithmConfig.DEFAULT_POLICY_MAPPING_FN,
+                policies_to_train=None,
+            )
         super().validate()
         self.check()
