@@ -18,6 +18,11 @@ evaluation before training as iteration 0 and the one after as a last row,
 so ``rllib report <folder>`` draws the run's curves (``curves.png``) and its
 trajectory browser as it does for ``rllib train``.
 
+``--suites`` evaluates the config's ``eval_suites`` too, before and after, and
+keeps its ``eval_interval`` (curves of every suite env: what a self-play run is
+measured by, its own game being zero-sum against itself); each suite env's win,
+draw and loss rates and mean payoff are printed.
+
 ``--iterations`` overrides the experiment's ``stop.training_iteration``;
 ``--minutes`` stops earlier when the wall time runs out (evaluation time
 included), ``--train-minutes`` when the training loop's time does (the
@@ -100,6 +105,40 @@ class PeakRSS(threading.Thread):
         return self.peak
 
 
+#: an evaluation's figures printed per suite env (those it has)
+SUITE_KEYS = (
+    "success_rate",
+    "game/win_rate",
+    "game/draw_rate",
+    "game/loss_rate",
+    "game/payoff_mean",
+)
+
+
+def _suite_envs(evaluation: dict):
+    """(suite, env name, metrics) of every suite env in an ``evaluate_all()`` result."""
+    for suite, envs in evaluation.items():
+        if isinstance(envs, dict):
+            for env, metrics in envs.items():
+                if isinstance(metrics, dict) and "success_rate" in metrics:
+                    yield suite, env, metrics
+
+
+def print_suites(when: str, evaluation: dict) -> None:
+    for suite, env, metrics in _suite_envs(evaluation):
+        shown = ", ".join(f"{k} {metrics[k]:.3f}" for k in SUITE_KEYS if k in metrics)
+        print(f"  {when}: {suite}/{env}: {shown}", flush=True)
+
+
+def suite_figures(evaluation: dict, when: str) -> dict:
+    return {
+        f"{suite}/{env}/{key}_{when}": round(metrics[key], 4)
+        for suite, env, metrics in _suite_envs(evaluation)
+        for key in SUITE_KEYS
+        if key in metrics
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", help="experiment YAML (its first experiment is run)")
@@ -117,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--checkpoint", default=None, help="save the trained algorithm to this folder at the end"
     )
+    parser.add_argument(
+        "--suites",
+        action="store_true",
+        help="also evaluate the config's eval_suites before and after, and keep its "
+        "eval_interval (the suites' curves: a self-play run's measure)",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -130,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     if grid:
         parser.error(f"{args.file} sweeps {sorted(grid)}; this script runs one config")
     iterations = args.iterations or int((exp.get("stop") or {}).get("training_iteration", 50))
-    config.eval_interval = 0  # this script evaluates before and after itself
+    if not args.suites:
+        config.eval_interval = 0  # this script evaluates before and after itself
+    elif not config.eval_suites:
+        parser.error(f"--suites: {args.file} sets no eval_suites")
 
     import ray
 
@@ -147,9 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"result.json and rollouts in {algo.logdir}", flush=True)
     try:
         start = time.perf_counter()
-        before = algo.evaluate_success()
+        before = algo.evaluate_all() if args.suites else algo.evaluate_success()
         write_row(results, {"training_iteration": 0, "evaluation": before})
         print(f"{name}: before training, eval success {before['success_rate']:.3f}", flush=True)
+        print_suites("before training", before)
         done = 0
         deadline = None if args.minutes is None else start + 60 * args.minutes
         loop_start = time.perf_counter()
@@ -192,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                 break
         train_s = time.perf_counter() - start
         loop_s = time.perf_counter() - loop_start
-        after = algo.evaluate_success()
+        after = algo.evaluate_all() if args.suites else algo.evaluate_success()
         write_row(results, {"training_iteration": done, "evaluation": after})
+        print_suites(f"after {done} iterations", after)
         total_s = time.perf_counter() - start
         if args.checkpoint:
             algo.save_to_path(os.path.abspath(args.checkpoint))
@@ -223,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         "eval_temperature": config.eval_temperature,
         "success_before": before["success_rate"],
         "success_after": after["success_rate"],
+        **suite_figures(before, "before"),
+        **suite_figures(after, "after"),
         "iterations": done,
         "train_wall_s": round(train_s, 1),
         "training_loop_s": round(loop_s, 1),
