@@ -22,6 +22,7 @@ from ragen_rllib.cli.plan import add_hardware_flags, plan_command
 from ragen_rllib.cli.report import report
 from ragen_rllib.cli.rollouts import rollouts
 from ragen_rllib.cli.train import train
+from ragen_rllib.env_choice.eval_suites import BUILTIN_SUITES
 
 
 def _version() -> str:
@@ -92,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument(
         "--suite",
         action="append",
-        help="an evaluation suite (the run's eval_suites, or built-in: bandit, sokoban, "
-        "frozenlake) instead of the training env; may be given several times",
+        help="an evaluation suite (the run's eval_suites, or built-in: "
+        f"{', '.join(BUILTIN_SUITES)}) instead of the training env; may be given several times",
     )
     p_eval.add_argument(
         "--samples-per-state",

@@ -13,6 +13,7 @@ from ragen_rllib.algorithms.starpo.config.rules import (
     number,
 )
 from ragen_rllib.chat.prompts import PROMPT_STYLES
+from ragen_rllib.env_choice.eval_suites import BUILTIN_SUITES
 
 ENGINES = ("hf", "vllm")
 DTYPES = ("float32", "bfloat16")
@@ -358,7 +359,7 @@ EVALUATION = knobs(
         "eval_suites",
         None,
         checked_elsewhere(
-            "must be null, a list of built-in suite names (bandit, sokoban, frozenlake) "
+            f"must be null, a list of built-in suite names ({', '.join(BUILTIN_SUITES)}) "
             "or a mapping of suite name to env entries"
         ),
         "other envs evaluated with the training env: built-in names or name -> env entries",
