@@ -191,3 +191,31 @@ def test_a_won_game_pays_and_succeeds():
         payoffs += r
     # Always betting loses against the equilibrium: exactly -1/9 a hand as the opener.
     assert 0 < wins < 200 and payoffs / 200 < -1 / 18
+
+
+def test_state_notes_read_the_state_and_decide_nothing():
+    """What a format warm-up's think text says (format_warmup_think: state): the card,
+    the cells, the values; never an action."""
+    kuhn = VersusEnv(game="kuhn_poker", opponent="nash", seat=1)
+    for seed in range(30):
+        kuhn.reset(seed=seed)
+        notes = kuhn.state_notes()
+        card = "JQK"[kuhn.game.cards[1]]
+        assert notes.startswith(f"I hold {card}, the ")
+        assert ("My opponent bet." in notes) == (kuhn.game.history[-1][1] == "bet")
+        assert not any(f" {a} " in f" {notes.split('.')[0]} " for a in kuhn.action_names)
+    ttt = VersusEnv(game="tictactoe", opponent="random", seat=1)
+    ttt.reset(seed=0)
+    taken = next(i + 1 for i, m in enumerate(ttt.game.board) if m)
+    assert ttt.state_notes() == (
+        f"I play O. My cells: none. Opponent cells: {taken}. Free cells: "
+        + " ".join(str(i) for i in range(1, 10) if i != taken)
+        + "."
+    )
+    trade = VersusEnv(game="simple_negotiation", opponent="trader", seat=1)
+    trade.reset(seed=2)
+    values = trade.game.values[1]
+    high = max(values, key=values.get)
+    assert f"I value {high} most ({values[high]})" in trade.state_notes()
+    if trade.game.pending is not None:
+        assert "The offer waiting would change my value by" in trade.state_notes()

@@ -192,6 +192,17 @@ class SimpleNegotiation(Game):
 
     title = "Simple Negotiation"
 
+    def notes(self, player: int) -> str | None:
+        values = self.values[player]
+        ranked = sorted(GOODS, key=lambda g: values[g])
+        low, high = ranked[0], ranked[-1]
+        notes = f"I value {high} most ({values[high]}) and {low} least ({values[low]})."
+        if self.pending is not None and self.to_move == player:
+            give, good, get, wanted = self.pending
+            net = give * values[good] - get * values[wanted]
+            notes += f" The offer waiting would change my value by {net:+d}."
+        return notes
+
     def rules_text(self, role: str) -> str:
         return (
             f"You play Simple Negotiation as {role} against one opponent. Each player holds "

@@ -86,6 +86,11 @@ class Game:
         """The actions the player to move may take, as the prompt lists them."""
         return ", ".join(self.legal())
 
+    def notes(self, player: int) -> str | None:
+        """A few true sentences about the state as ``player`` sees it, deciding nothing
+        (what a format warm-up's think text reads off the state), or None."""
+        return None
+
 
 class TicTacToe(Game):
     roles = ("X", "O")
@@ -142,6 +147,15 @@ class TicTacToe(Game):
         return "\n".join(lines)
 
     title = "TicTacToe"
+
+    def notes(self, player: int) -> str | None:
+        mine = [str(i + 1) for i, m in enumerate(self.board) if m == self.roles[player]]
+        theirs = [str(i + 1) for i, m in enumerate(self.board) if m == self.roles[1 - player]]
+        free = [str(i + 1) for i, m in enumerate(self.board) if not m]
+        return (
+            f"I play {self.roles[player]}. My cells: {' '.join(mine) or 'none'}. "
+            f"Opponent cells: {' '.join(theirs) or 'none'}. Free cells: {' '.join(free)}."
+        )
 
     def rules_text(self, role: str) -> str:
         return (
@@ -218,6 +232,14 @@ class KuhnPoker(Game):
         return "\n".join(lines)
 
     title = "Kuhn Poker"
+
+    def notes(self, player: int) -> str | None:
+        card = self.cards[player]
+        rank = ("the lowest card", "the middle card", "the highest card")[card]
+        moves = [a for p, a in self.history if p != player and a != "nothing"]
+        said = {"check": "checked", "bet": "bet", "call": "called", "fold": "folded"}
+        last = f" My opponent {said[moves[-1]]}." if moves else ""
+        return f"I hold {CARDS[card]}, {rank}.{last}"
 
     def rules_text(self, role: str) -> str:
         return (

@@ -193,6 +193,11 @@ class VersusEnv(TextEnv):
         self._payoff = payoffs[self.seat]
         return self._payoff
 
+    def state_notes(self) -> str | None:
+        """The game's true sentences about the state as the model's side sees it (its
+        card, its cells, its values), deciding nothing."""
+        return self.game.notes(self.seat)
+
     def _result_info(self, info: dict[str, Any]) -> dict[str, Any]:
         outcome = None
         if self._payoff is not None:
