@@ -125,7 +125,8 @@ def test_the_env_plays_the_trader_and_reads_what_happened():
     assert "offer N GOOD for M GOOD" in obs and "offer N GOOD" in env.instructions()
     obs, reward, term, _, info = env.step(answer("offer 2 wheat for 1 ore"))
     assert (reward, term, info["num_actions"]) == (0.0, False, 1)
-    assert "Your opponent did not take your offer" in obs or "accepted" in obs
+    # A bad trade for the trader at any values it may hold: it never accepts it.
+    assert "Your opponent did not take your offer" in obs or "rejected your offer" in obs
     assert env.observation_space.contains(obs)
     done = term
     while not done:
@@ -142,8 +143,27 @@ def test_self_play_pairs_two_negotiation_envs():
     first.reset(seed=3)
     second.reset(seed=3)
     first.step(answer("offer 1 wheat for 1 ore"))
-    assert not first.waiting or first.game.to_move == 1
+    assert first.waiting and first.game.to_move == 1
     obs = second.observe()
     assert "Your opponent offers 1 wheat for 1 ore of yours." in obs
     second.step(answer("accept"))
     assert first.game.stock[0]["ore"] == first.game.start[0]["ore"] + 1
+
+
+def test_a_self_play_game_pays_both_seats_when_the_second_ends_it():
+    """The first seat's fifth move spends its budget without ending the game: its
+    episode waits for the other seat's last move and is paid then (zero-sum)."""
+    first = VersusEnv(game="simple_negotiation", opponent="self", seat=0)
+    second = VersusEnv(game="simple_negotiation", opponent="self", seat=1)
+    second.join(first)
+    first.reset(seed=3)
+    second.reset(seed=3)
+    first.step(answer("offer 1 wheat for 1 ore"))  # a bargain for the first seat
+    second.step(answer("accept"))
+    for turn in range(4):
+        _, reward, term, trunc, _ = first.step(answer("pass"))
+        assert (reward, term, trunc) == (0.0, False, False), turn  # the last one waits
+        _, reward, term, trunc, info = second.step(answer("pass"))
+    assert term and not trunc and reward == -1.0 and info["outcome"] == "loss"
+    assert first.settle() == 1.0 and first.result_info()["outcome"] == "win"
+    assert first.settle() is None  # paid once

@@ -73,8 +73,10 @@ def test_the_config_reads_the_policies_and_leaves_rllib_one():
 )
 def test_the_config_refuses_what_it_cannot_play(bad, says):
     cfg = tiny_config(**{**GAME, "policy_mapping_fn": "alternate", **bad})
-    if says is None:  # a third policy nobody is seated as: allowed
+    if says is None:  # a third policy nobody is seated as: allowed, and never played
         cfg.validate()
+        assert cfg.opponent_setup.opponents == ("past", "third")
+        assert {cfg.opponent_setup.seat(GameRef(k, 0))[1] for k in range(6)} == {"past"}
         return
     with pytest.raises(ValueError, match=says):
         cfg.validate()
@@ -82,6 +84,8 @@ def test_the_config_refuses_what_it_cannot_play(bad, says):
 
 def test_a_mapping_that_never_seats_the_trained_policy_is_refused():
     cfg = tiny_config(**GAME, **VERSUS_PAST)
+    with pytest.raises(ValueError, match="policy_mapping_fn is not set"):
+        cfg.validate()  # RLlib's default maps every agent to its default policy
     cfg.policy_mapping_fn = lambda agent_id, episode, **kw: "past"
     with pytest.raises(ValueError, match="never seats the trained policy 'main'"):
         cfg.validate()
@@ -128,6 +132,53 @@ def test_only_the_trained_policys_trajectories_come_back(against_past):
     assert past is not runner.engine and past.model is not runner.engine.model
     # Every answer of the returned trajectories came from the trained policy's engine.
     assert calls["main"] == sum(t.num_turns for t in trajs)
+
+
+def test_games_are_numbered_by_group_and_a_stray_policy_id_is_refused(against_past):
+    runner = against_past
+    seen = []
+    setup = runner._opponents.setup
+    mapping = setup.mapping
+    try:
+        object.__setattr__(
+            setup,
+            "mapping",
+            lambda agent_id, episode, **kw: (
+                seen.append(episode.id_) or ("main" if agent_id == "player_0" else "past")
+            ),
+        )
+        _play(runner)
+        # groups 0 and 1 of 4 rollouts: 2 games each, numbered 0 1 and 2 3
+        assert sorted(set(seen)) == [0, 1, 2, 3]
+        object.__setattr__(setup, "mapping", lambda agent_id, episode, **kw: "stranger")
+        with pytest.raises(ValueError, match=r"returned \['stranger'\] for game 0"):
+            _play(runner)
+    finally:
+        object.__setattr__(setup, "mapping", mapping)
+
+
+def test_an_opponent_that_cannot_play_fails_its_game(against_past):
+    runner = against_past
+    import ragen_envs.games.versus as versus
+
+    step = versus.VersusEnv.step
+
+    def broken(self, action):
+        if self.seat == 1:
+            raise RuntimeError("the opponent's env broke")
+        return step(self, action)
+
+    versus.VersusEnv.step = broken
+    try:
+        trajs = _play(runner)
+    finally:
+        versus.VersusEnv.step = step
+    # Game k seats the trained policy at k % 2. Games 0 and 2: the opponent is at seat
+    # 1, whose env broke, and the trained seat fails with it; games 1 and 3: the
+    # trained seat is at seat 1 and fails on its own.
+    assert len(trajs) == 4 and all(t.unplayable for t in trajs)
+    partners = [t for t in trajs if "its opponent's seat failed" in t.error]
+    assert [t.turn_infos[0]["seat"] for t in partners] == [0, 0]
 
 
 def test_snapshots_are_kept_on_the_interval_and_played(against_past):

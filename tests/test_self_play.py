@@ -109,9 +109,12 @@ def test_evaluation_plays_the_fixed_opponents(played):
 
 
 def test_the_config_refuses_what_self_play_cannot_do():
-    base = dict(env="ragen/TicTacToe-v0", self_play=True, group_size=4, minibatch_size=4)
+    base = dict(
+        env="ragen/TicTacToe-v0", self_play=True, group_size=4, minibatch_size=4, max_turns=6
+    )
     tiny_config(**base).validate()
     for bad, says in [
+        ({"max_turns": 5}, r"a seat makes up to 5 moves .* use max_turns >= 6"),
         ({"group_size": 3, "minibatch_size": 2}, "use an even group_size"),
         ({"env": "ragen/Bandit-v0"}, "is no two-player game"),
         ({"env_config": {"invalid_move": "lose_game"}}, "invalid_move=lose_game"),

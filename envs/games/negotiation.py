@@ -174,11 +174,11 @@ class SimpleNegotiation(Game):
             lines.append(f"Your opponent's gain: {self.gain(1 - player):+d}.")
         return "\n".join(lines)
 
-    @staticmethod
-    def _told(action: str) -> str:
+    def _told(self, action: str) -> str:
         if action.startswith("offer "):
             give, good, get, wanted = _read_offer(action)
-            return f"offers {give} {good} for {get} {wanted} of yours."
+            lapsed = ", which lapsed: the game is over" if self.payoffs() is not None else ""
+            return f"offers {give} {good} for {get} {wanted} of yours{lapsed}."
         return {
             "accept": "accepted your offer.",
             "reject": "rejected your offer.",
@@ -188,7 +188,10 @@ class SimpleNegotiation(Game):
 
     def legal_text(self) -> str:
         answers = [a for a in self.legal() if not a.startswith("offer ")]
-        return ", ".join(answers) + ", or offer N GOOD for M GOOD (N of yours, M of theirs, 1 to 5)"
+        return (
+            ", ".join(answers) + ", or offer N GOOD for M GOOD: N of yours, 1 to 5 and at most "
+            "what you hold, for M of theirs, 1 to 5"
+        )
 
     title = "Simple Negotiation"
 
@@ -210,6 +213,7 @@ class SimpleNegotiation(Game):
             f"values. Players take turns, {self.max_moves} each. After the last turn, the "
             "player whose goods gained more value by its own values wins.\nReward: 1 for a "
             "win, 0 for a draw, -1 for a loss.\nActions: accept or reject the offer waiting "
-            "for you; offer N GOOD for M GOOD (you give N of the first good and get M of the "
-            "second, N and M from 1 to 5; an offer not accepted is rejected); or pass."
+            "for you; offer N GOOD for M GOOD (you give N of the first good, which you must "
+            "hold, and get M of the second, N and M from 1 to 5; an offer not accepted is "
+            "rejected); or pass."
         )

@@ -50,7 +50,8 @@ class VersusEnv(TextEnv):
     Args:
         game: one of :data:`GAMES`.
         opponent: a reference player of that game (``random``; ``minimax`` for
-            TicTacToe, ``nash`` for Kuhn Poker), or ``self``: the other seat is
+            TicTacToe, ``nash`` for Kuhn Poker, ``trader`` for Simple Negotiation),
+            or ``self``: the other seat is
             another env, joined to this one's game (self-play; the runner pairs
             them).
         seat: the model's side: ``random`` (drawn per episode), 0 or 1.
@@ -138,6 +139,8 @@ class VersusEnv(TextEnv):
         if self.self_play and self.waiting and not self._done:
             raise RuntimeError(f"self-play: seat {self.seat} stepped while the other seat moves")
         obs, reward, terminated, truncated, info = super().step(action)
+        if self.self_play and truncated and self._waits_out_its_budget():
+            truncated = self._done = False  # the other seat's move still ends the game
         if info["num_actions"] or terminated or self.invalid_move == "retry":
             return obs, reward, terminated, truncated, self._result_info(info)
         # No allowed action named: the game is lost, or the turn passes.
@@ -155,6 +158,13 @@ class VersusEnv(TextEnv):
             self._done = True
         info["success"] = self._is_success()
         return self._observe(), reward, terminated, truncated, self._result_info(info)
+
+    def _waits_out_its_budget(self) -> bool:
+        """Self-play: this seat made its last move (its action budget spent, within
+        max_turns) and the game goes on with the other seat to move (Simple
+        Negotiation's first seat after its fifth turn)."""
+        out_of_turns = self.max_turns is not None and self._turn >= self.max_turns
+        return self._actions_left <= 0 and not out_of_turns and self.waiting
 
     # ----- self-play: two envs, one game ---------------------------------------
     def join(self, first: VersusEnv) -> None:

@@ -24,9 +24,10 @@ or in an experiment file ``policies: [main, past]``, ``policies_to_train:
 - ``policy_mapping_fn(agent_id, episode, **kwargs)`` maps each seat of each game
   to a policy, as RLlib's does: ``agent_id`` is ``"player_0"`` or ``"player_1"``
   (PettingZoo's names for the seats) and ``episode`` a :class:`GameRef` with the
-  game's index in its batch (``id_``) and its initial state's seed. The
-  built-in ``alternate`` seats the trained policy at seat ``id_ % 2`` and an
-  opponent at the other, so both seat orders are played equally often.
+  game's number (``id_``: group g's j-th game is g * games per group + j, the
+  groups numbered across the iteration's runners) and its initial state's
+  seed. The built-in ``alternate`` seats the trained policy at seat ``id_ % 2``
+  and an opponent at the other, so both seat orders are played equally often.
 
 The learner keeps one model either way: two policies trained at once are not
 supported.
@@ -38,6 +39,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 #: RLlib's id of the one policy of a single-agent config
 DEFAULT_POLICY_ID = "default_policy"
@@ -51,7 +54,7 @@ CHECKED_GAMES = 8
 class GameRef:
     """What a ``policy_mapping_fn`` receives as its ``episode``: one game of a batch."""
 
-    id_: int  # the game's index in its batch (games are numbered across the groups)
+    id_: int  # the game's number: group * games per group + its index in the group
     seed: int  # the seed of its initial state
 
 
@@ -79,7 +82,17 @@ class OpponentSetup:
     def seat(self, game: GameRef) -> tuple[str, str]:
         """The policy of each seat of ``game``."""
         fn = self.mapping_fn()
-        return tuple(str(fn(agent, game)) for agent in AGENT_IDS)  # type: ignore[return-value]
+        # worker=None: RLlib's older mapping functions take (agent_id, episode, worker)
+        return tuple(str(fn(agent, game, worker=None)) for agent in AGENT_IDS)  # type: ignore
+
+    def trained_per_group(self, groups: int, group_size: int) -> list[int]:
+        """How many of each group's rollouts the trained policy plays (the others are
+        not trained on)."""
+        games = group_size // 2
+        return [
+            sum(self.seat(GameRef(g * games + j, 0)).count(self.trained) for j in range(games))
+            for g in range(groups)
+        ]
 
 
 def uses_opponents(config) -> bool:
@@ -126,6 +139,13 @@ def read_setup(config) -> OpponentSetup:
             f"{sorted(ids)}"
         )
     mapping = config.policy_mapping_fn
+    if mapping is AlgorithmConfig.DEFAULT_POLICY_MAPPING_FN:
+        raise ValueError(
+            "config policy_mapping_fn is not set: with opponent policies it says which "
+            "policy plays each seat; use 'alternate' (the trained policy at one seat, an "
+            "opponent at the other, seats alternating by game), 'module:function' or a "
+            "callable"
+        )
     if isinstance(mapping, str) and mapping != "alternate":
         module, colon, name = mapping.partition(":")
         try:
@@ -170,4 +190,30 @@ def read_setup(config) -> OpponentSetup:
             f"config policy_mapping_fn={mapping!r} is invalid: it never seats the trained "
             f"policy {trained!r} in the first {CHECKED_GAMES} games; nothing would train"
         )
+    per_group = setup.trained_per_group(config.env_groups, config.group_size)
+    if min(per_group) < 2:
+        raise ValueError(
+            f"config group_size={config.group_size} is invalid with opponent policies: the "
+            f"trained policy plays {min(per_group)} rollout(s) of some group (of each group: "
+            f"{per_group}), and the group's advantages compare at least 2; raise group_size "
+            "(4 with 'alternate')"
+        )
     return setup
+
+
+def check_unused(config) -> None:
+    """The opponent settings refused where no opponent plays."""
+    if config.opponent_setup is None:
+        for key, default in (("opponent_snapshot_interval", 0), ("opponent_pool_size", 1)):
+            if getattr(config, key) != default:
+                raise ValueError(
+                    f"config {key}={getattr(config, key)!r} is invalid without opponent "
+                    "policies: set policies, policies_to_train and policy_mapping_fn (or "
+                    f"leave {key} at {default})"
+                )
+    elif config.opponent_pool_size > 1 and config.opponent_snapshot_interval == 0:
+        raise ValueError(
+            f"config opponent_pool_size={config.opponent_pool_size} is invalid with "
+            "opponent_snapshot_interval=0: only the start's weights are ever kept; set an "
+            "interval, or a pool size of 1"
+        )

@@ -330,8 +330,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         active = [r for r in rollouts if r.context is not None]
         self.engine.clear_cache()
         if self_play and self._opponents is not None:  # which policy plays each seat
-            self._opponents.seat(rollouts, seeds[::2])
+            self._opponents.seat(rollouts, seeds, groups)
             self._opponents.draw(sample_seed)
+            self._opponents.clear_caches()
         if self_play:
             generate = functools.partial(self._generate, params, sample_seed)
             generated = play_games(self._turns, rollouts, generate, options, params.max_new_tokens)
@@ -358,9 +359,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             if log_metrics:
                 for key, value in self._opponents.metrics().items():
                     self.metrics.log_value(key, value, window=1)
-            # The opponents' trajectories are not trained on (a failed one stays: its
-            # group leaves the update with it).
-            return [r.traj for r in rollouts if r.policy is None or r.traj.unplayable]
+            return self._opponents.kept(rollouts)  # the trained policy's trajectories
         return [r.traj for r in rollouts]
 
     def _generate(self, params, seed: int, prompts, keys, offset: int, policy=None):

@@ -83,16 +83,49 @@ class Opponents:
             engine.clear_cache()
 
     # ----- seats -------------------------------------------------------------------
-    def seat(self, rollouts: list, game_seeds: list[int]) -> None:
-        """Set each rollout's ``policy`` (None: the trained one): rollouts 2k and 2k+1
-        are the two seats of game k."""
-        for k, seed in enumerate(game_seeds):
-            pair = self.setup.seat(GameRef(k, int(seed)))
-            for rollout, policy in zip(rollouts[2 * k : 2 * k + 2], pair, strict=True):
+    def seat(self, rollouts: list, seeds: list[int], groups: list[int]) -> None:
+        """Set each rollout's ``policy`` (None: the trained one). Rollouts 2k and 2k+1
+        are the two seats of a game; group g's j-th game is game g * n + j, n the
+        group's games, so the numbering is the same whichever runner plays it."""
+        sizes: dict[int, int] = {}
+        for group in groups:
+            sizes[group] = sizes.get(group, 0) + 1
+        index: dict[int, int] = {}
+        known = {self.setup.trained, *self.setup.opponents}
+        for k in range(0, len(rollouts), 2):
+            group = groups[k]
+            j = index[group] = index.get(group, -1) + 1
+            game = GameRef(int(group) * (sizes[group] // 2) + j, int(seeds[k]))
+            pair = self.setup.seat(game)
+            odd = sorted(set(pair) - known)
+            if odd:
+                raise ValueError(
+                    f"policy_mapping_fn returned {odd} for game {game.id_}: not among the "
+                    f"policies {sorted(known)}"
+                )
+            for rollout, policy in zip(rollouts[k : k + 2], pair, strict=True):
                 rollout.policy = None if policy == self.setup.trained else policy
 
+    def kept(self, rollouts: list) -> list:
+        """The trajectories the runner returns: the trained policy's. A game whose
+        opponent could not play fails its trained seat too (its group then leaves the
+        update, counted once as an env error)."""
+        out = []
+        for k in range(0, len(rollouts), 2):
+            pair = rollouts[k : k + 2]
+            failed = next((r for r in pair if r.policy is not None and r.traj.unplayable), None)
+            for rollout in pair:
+                if rollout.policy is not None:
+                    continue
+                if failed is not None and not rollout.traj.unplayable:
+                    rollout.traj.error = f"its opponent's seat failed: {failed.traj.error}"
+                    rollout.traj.end_reason, rollout.traj.success = "env_error", False
+                out.append(rollout.traj)
+        return out
+
     def metrics(self) -> dict[str, float]:
-        """The snapshots kept, and the mean age (in weight updates) of those played."""
+        """The snapshots kept, and the mean weight update that this sample's opponents
+        played (0: the start's weights)."""
         return {
             "opponent/snapshots_kept": float(len(self.snapshots)),
             "opponent/snapshot_version_mean": float(

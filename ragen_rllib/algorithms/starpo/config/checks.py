@@ -19,6 +19,7 @@ from ragen_rllib.algorithms.starpo.config.knobs import RULES, yaml_name
 from ragen_rllib.algorithms.starpo.config.rules import number_hint
 from ragen_rllib.env_choice.env_loading import check_env, make_eval_env
 from ragen_rllib.env_choice.env_mix import format_of, mix_entries, parse_env_mix
+from ragen_rllib.env_choice.opponents import check_unused as check_unused_opponents
 from ragen_rllib.env_runner.context_budget import check_context_budget
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
@@ -86,11 +87,12 @@ def _check_filter(config, bad) -> None:
             kept = sum(num_groups_to_keep(n, config.filter_value_used) for n in shares)
         else:
             kept = sum(min(n, int(config.filter_value_used)) for n in shares)
-        if config.minibatch_size > kept * config.group_size:
+        per_group = config.trajectories_per_group
+        if config.minibatch_size > kept * per_group:
             raise bad(
                 "minibatch_size",
                 f"must be <= the trajectories left after filtering ({kept} groups x "
-                f"{config.group_size} = {kept * config.group_size}); lower it or raise "
+                f"{per_group} = {kept * per_group}); lower it or raise "
                 "env_groups / the share of groups the filter keeps",
             )
 
@@ -218,6 +220,7 @@ def check_values(config) -> None:
         env_checks.check_agent(config)
     if config.self_play:
         env_checks.check_self_play(config)
+    check_unused_opponents(config)
 
 
 def _check_vllm(config, bad: Callable[..., ValueError]) -> None:

@@ -175,3 +175,10 @@ def check_self_play(config) -> None:
             "that one policy can play from both seats (ragen/TicTacToe-v0, "
             f"ragen/KuhnPoker-v0, or an env that takes opponent='self'){why}"
         )
+    moves = getattr(getattr(env, "game", None), "max_moves", None)
+    if isinstance(moves, int) and config.max_turns <= moves:
+        raise ValueError(
+            f"config max_turns={config.max_turns} is invalid with self_play on {config.env}: "
+            f"a seat makes up to {moves} moves and may then wait for the other seat's last "
+            f"(the game's result comes with it); use max_turns >= {moves + 1}"
+        )

@@ -231,6 +231,14 @@ class StarPOConfigBase(AlgorithmConfig):
         """Every check but the model's (``llm``): cheap, and raises ValueError naming the key."""
         checks.check_values(self)
 
+    @property
+    def trajectories_per_group(self) -> int:
+        """The trajectories a group brings to the update: group_size, or with opponent
+        policies the trained policy's rollouts (the fewest of any group)."""
+        if self.opponent_setup is None:
+            return self.group_size
+        return min(self.opponent_setup.trained_per_group(self.env_groups, self.group_size))
+
     def check_model(self) -> None:
         """Resolve ``llm``; a missing local path, or a hub id that cannot be loaded within
         seconds, raises FileNotFoundError."""
