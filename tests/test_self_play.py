@@ -294,3 +294,21 @@ def test_a_pettingzoo_env_trains_two_iterations(nim_module, tmp_path):
     for row in out["rows"]:
         assert row["trained"] == 8 and row["errors"] == 0 and row["loss"] == row["loss"], row
         assert row["turns"] >= 2  # a game of at least 4 stones: two turns a seat at least
+
+
+def test_negotiation_self_play_pays_both_seats_through_the_runner():
+    """Simple Negotiation in self-play through the runner: every game ends with both
+    seats paid, zero-sum (the first seat's trajectory outlives its last move)."""
+    cfg = tiny_config(
+        env="ragen/SimpleNegotiation-v0", self_play=True, group_size=4, max_turns=8,
+        max_new_tokens=12, llm="builtin", minibatch_size=4,
+    )  # fmt: skip
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    try:
+        trajs = runner.run_episodes([1] * 4, [0] * 4, SamplingParams(1.0, 1.0, 12), 0)
+    finally:
+        runner.stop()
+    assert [t.end_reason for t in trajs] == ["terminated"] * 4
+    for first, second in zip(trajs[::2], trajs[1::2], strict=True):
+        payoffs = first.turn_infos[-1]["payoff"], second.turn_infos[-1]["payoff"]
+        assert payoffs[0] + payoffs[1] == 0 and None not in payoffs
