@@ -297,8 +297,8 @@ def test_a_pettingzoo_env_trains_two_iterations(nim_module, tmp_path):
 
 
 def test_negotiation_self_play_pays_both_seats_through_the_runner():
-    """Simple Negotiation in self-play through the runner: every game ends with both
-    seats paid, zero-sum (the first seat's trajectory outlives its last move)."""
+    """Simple Negotiation in self-play through the runner (ten game turns, lost turns
+    included): every game ends with both seats paid, zero-sum."""
     cfg = tiny_config(
         env="ragen/SimpleNegotiation-v0", self_play=True, group_size=4, max_turns=8,
         max_new_tokens=12, llm="builtin", minibatch_size=4,
