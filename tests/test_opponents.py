@@ -181,6 +181,27 @@ def test_an_opponent_that_cannot_play_fails_its_game(against_past):
     assert [t.turn_infos[0]["seat"] for t in partners] == [0, 0]
 
 
+def test_a_released_opponent_engine_is_woken_with_its_snapshot(against_past):
+    """engine_sleep_level 2 frees the opponents' weights for the update too; the next
+    game reloads the snapshot the engine held."""
+    runner = against_past
+    _play(runner)
+    opponents = runner._opponents
+    engine = opponents.engines["past"]
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    level = engine.sleep_level
+    engine.sleep_level = 2  # as on a GPU beside the learner
+    try:
+        opponents.release()
+        assert engine.asleep and all(p.numel() == 0 for p in engine.model.parameters())
+        trajs = _play(runner)
+    finally:
+        engine.sleep_level = level
+    assert not engine.asleep and len(trajs) == 4
+    after = engine.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_snapshots_are_kept_on_the_interval_and_played(against_past):
     runner = against_past
     opponents = runner._opponents

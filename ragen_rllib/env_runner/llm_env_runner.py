@@ -176,6 +176,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         """Free the engine's memory for the learner's update (engine_sleep_level); the
         next weights wake it. Counted under engine/releases and engine/sleeps_skipped."""
         done = self.engine.release()
+        if self._opponents is not None:
+            self._opponents.release()
         self.metrics.log_value(("engine", "releases"), 1, reduce="sum")
         if done != "slept":
             self.metrics.log_value(("engine", "sleeps_skipped"), 1, reduce="sum")

@@ -45,7 +45,8 @@ class Opponents:
         # (version, weights); INITIAL's weights are the model's own, read on first use
         self.snapshots: deque[tuple[int, dict | None]] = deque([(INITIAL, None)], maxlen=keep)
         self.engines: dict[str, Any] = {}
-        self.loaded: dict[str, int] = {}  # policy -> the snapshot version its engine holds
+        #: policy -> the snapshot version its engine holds (None: none, it was released)
+        self.loaded: dict[str, int | None] = {}
         self.playing: dict[str, int] = {}  # policy -> this sample's snapshot version
 
     # ----- snapshots -------------------------------------------------------------
@@ -77,6 +78,14 @@ class Opponents:
             self.engines[policy].load_weights(weights, max(version, 0))
             self.loaded[policy] = version
         return self.engines[policy]
+
+    def release(self) -> None:
+        """Free the opponent engines' memory for the learner's update, as the trained
+        policy's engine does (``engine_sleep_level``); each is woken by reloading its
+        snapshot when next played."""
+        for policy, engine in self.engines.items():
+            if engine.release() == "slept":
+                self.loaded[policy] = None  # its weights are gone: load them again
 
     def clear_caches(self) -> None:
         for engine in self.engines.values():
