@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         "value_first_seat": round(first, 4),
         "value_second_seat": round(second, 4),
         "value_mean_over_seats": round((first + second) / 2, 4),
+        # the game's value per seat, and over both seats (0): the target's reference
         "game_value_first_second_mean": [round(VALUE[0], 4), round(VALUE[1], 4), 0.0],
-        "gap_to_game_value": round((first + second) / 2, 4),
         "unseen_info_states": unseen,
     }
     print(json.dumps(out, indent=2))
