@@ -236,3 +236,20 @@ def test_rae_subtracts_a_running_baseline_per_env_and_seat():
     assert second[0].turn_advantages == pytest.approx([1.0 - seat0] * 2)
     assert second[1].turn_advantages == pytest.approx([-1.0] * 2)
     assert ESTIMATORS["rae"].default_reward_norm is None  # no group baseline knobs
+
+
+def test_state_seat_grouping_compares_a_seat_with_itself_in_its_state():
+    """reward_norm_grouping state_seat: the baseline of a self-play trajectory is the
+    mean of its group's rollouts at the same seat (the same deal, the same side)."""
+    seats_rewards = [(0, -2.0), (1, 2.0), (0, -1.0), (1, 1.0)]  # one group: two games
+    trajs = [
+        Trajectory(env_id="G", seed=0, group=0, turn_rewards=[r], turn_infos=[{"seat": s}])
+        for s, r in seats_rewards
+    ]
+    stage = GroupAdvantages("grpo", AdvantageSettings(reward_norm="mean"), grouping="state_seat")
+    stage(rl_module=None, batch={}, episodes=trajs)
+    # Seat 0 lost 2 and 1 (mean -1.5), seat 1 won 2 and 1 (mean 1.5).
+    assert [t.turn_advantages[0] for t in trajs] == [-0.5, 0.5, 0.5, -0.5]
+    by_state = GroupAdvantages("grpo", AdvantageSettings(reward_norm="mean"), grouping="state")
+    by_state(rl_module=None, batch={}, episodes=trajs)  # the zero-sum group's mean is 0
+    assert [t.turn_advantages[0] for t in trajs] == [-2.0, 2.0, -1.0, 1.0]

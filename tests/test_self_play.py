@@ -115,6 +115,10 @@ def test_the_config_refuses_what_self_play_cannot_do():
     tiny_config(**base).validate()
     for bad, says in [
         ({"max_turns": 5}, r"a seat makes up to 5 moves .* use max_turns >= 6"),
+        (
+            {"reward_norm_grouping": "state_seat", "group_size": 2, "minibatch_size": 2},
+            r"some seat of a group has 1 trained rollout",
+        ),
         ({"group_size": 3, "minibatch_size": 2}, "use an even group_size"),
         ({"env": "ragen/Bandit-v0"}, "is no two-player game"),
         ({"env_config": {"invalid_move": "lose_game"}}, "invalid_move=lose_game"),

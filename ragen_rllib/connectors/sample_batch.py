@@ -171,8 +171,10 @@ class GroupAdvantages(ConnectorV2):
     (:mod:`ragen_rllib.maths.estimators`).
 
     A trajectory's reward is compared with a baseline group: the rollouts of its
-    initial state (``grouping="state"``), the whole batch (``"batch"``) or its env
-    of the mixture (``"env"``).
+    initial state (``grouping="state"``), those of its initial state at its seat of
+    a two-player game (``"state_seat"``: in self-play the games of a group share
+    their deal, so each seat is compared with itself in the same position), the
+    whole batch (``"batch"``) or its env of the mixture (``"env"``).
     """
 
     def __init__(self, estimator: str, settings: AdvantageSettings, grouping: str = "state", **kw):
@@ -189,6 +191,8 @@ class GroupAdvantages(ConnectorV2):
             return [0] * len(trajectories)
         if self.grouping == "env":
             return [env_name(t) for t in trajectories]
+        if self.grouping == "state_seat":
+            return [(t.group, role_of(t)[1]) for t in trajectories]
         return [t.group for t in trajectories]
 
     def __call__(self, *, rl_module, batch, episodes: list[Trajectory], **kwargs):

@@ -19,6 +19,7 @@ from ragen_rllib.algorithms.starpo.config.knobs import RULES, yaml_name
 from ragen_rllib.algorithms.starpo.config.rules import number_hint
 from ragen_rllib.env_choice.env_loading import check_env, make_eval_env
 from ragen_rllib.env_choice.env_mix import format_of, mix_entries, parse_env_mix
+from ragen_rllib.env_choice.opponents import GameRef
 from ragen_rllib.env_choice.opponents import check_unused as check_unused_opponents
 from ragen_rllib.env_runner.context_budget import check_context_budget
 from ragen_rllib.maths.estimators import ESTIMATORS
@@ -55,6 +56,34 @@ def _check_estimator(config, bad) -> None:
             "must be >= 2 (or set reward_norm_grouping to 'batch', or use "
             "advantage_estimator 'gae')",
         )
+    if config.reward_norm_grouping == "state_seat":
+        if not config.self_play:
+            raise bad(
+                "reward_norm_grouping",
+                "'state_seat' groups a state's rollouts by their seat of a two-player game "
+                "in self_play; without self_play use 'state'",
+            )
+        fewest = min(seat_counts(config))
+        if fewest < 2:
+            raise bad(
+                "group_size",
+                f"reward_norm_grouping 'state_seat' compares a state's rollouts at one seat, "
+                f"and some seat of a group has {fewest} trained rollout(s); raise group_size "
+                "(4 in plain self-play, 8 against opponents with 'alternate')",
+            )
+
+
+def seat_counts(config) -> list[int]:
+    """The trained rollouts of each (group, seat) of an iteration in self-play."""
+    games = config.group_size // 2
+    setup = config.opponent_setup
+    if setup is None:
+        return [games] * 2 * config.env_groups
+    counts = []
+    for g in range(config.env_groups):
+        seats = [setup.seat(GameRef(g * games + j, 0)) for j in range(games)]
+        counts += [sum(pair[seat] == setup.trained for pair in seats) for seat in (0, 1)]
+    return counts
 
 
 def _check_filter(config, bad) -> None:

@@ -52,9 +52,9 @@ ADVANTAGES = knobs(
     K(
         "reward_norm_grouping",
         "state",
-        choice(("state", "batch", "env")),
-        "group-baseline estimators: compare a reward with its state's rollouts, the "
-        "batch or its env",
+        choice(("state", "state_seat", "batch", "env")),
+        "group-baseline estimators: compare a reward with its state's rollouts (state_seat: "
+        "those at its seat of a two-player game), the batch or its env",
         cross=True,
     ),
     K(
