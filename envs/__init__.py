@@ -71,30 +71,17 @@ _REGISTRY: dict[str, tuple[str, dict]] = {
     "ragen/MathWordProblems-v0": ("ragen_envs.qa.dataset_qa:DatasetQAEnv", {}),
     "ragen/SearchQA-v0": ("ragen_envs.qa.search_qa:SearchQAEnv", {}),
     # Two-player games against a fixed opponent, the seat drawn per episode.
-    "ragen/TicTacToe-v0": (
-        "ragen_envs.games.versus:VersusEnv",
-        {"game": "tictactoe", "opponent": "random"},
-    ),
-    "ragen/TicTacToeMinimax-v0": (
-        "ragen_envs.games.versus:VersusEnv",
-        {"game": "tictactoe", "opponent": "minimax"},
-    ),
-    "ragen/KuhnPoker-v0": (
-        "ragen_envs.games.versus:VersusEnv",
-        {"game": "kuhn_poker", "opponent": "random"},
-    ),
-    "ragen/KuhnPokerNash-v0": (
-        "ragen_envs.games.versus:VersusEnv",
-        {"game": "kuhn_poker", "opponent": "nash"},
-    ),
-    "ragen/SimpleNegotiation-v0": (
-        "ragen_envs.games.versus:VersusEnv",
-        {"game": "simple_negotiation", "opponent": "random"},
-    ),
-    "ragen/SimpleNegotiationTrader-v0": (
-        "ragen_envs.games.versus:VersusEnv",
-        {"game": "simple_negotiation", "opponent": "trader"},
-    ),
+    **{
+        f"ragen/{name}-v0": ("ragen_envs.games.versus:VersusEnv", {"game": game, "opponent": who})
+        for name, game, who in (
+            ("TicTacToe", "tictactoe", "random"),
+            ("TicTacToeMinimax", "tictactoe", "minimax"),
+            ("KuhnPoker", "kuhn_poker", "random"),
+            ("KuhnPokerNash", "kuhn_poker", "nash"),
+            ("SimpleNegotiation", "simple_negotiation", "random"),
+            ("SimpleNegotiationTrader", "simple_negotiation", "trader"),
+        )
+    },
 }
 ENV_IDS: tuple[str, ...] = tuple(_REGISTRY)
 #: The ids the built-in model was pretrained on (today every registered one): its

@@ -85,14 +85,25 @@ class OpponentSetup:
         # worker=None: RLlib's older mapping functions take (agent_id, episode, worker)
         return tuple(str(fn(agent, game, worker=None)) for agent in AGENT_IDS)  # type: ignore
 
-    def trained_per_group(self, groups: int, group_size: int) -> list[int]:
-        """How many of each group's rollouts the trained policy plays (the others are
-        not trained on)."""
+    def trained_seats(self, groups: int, group_size: int) -> list[tuple[int, int]]:
+        """How many rollouts the trained policy plays at seat 0 and at seat 1 of each
+        group (the others are not trained on)."""
         games = group_size // 2
-        return [
-            sum(self.seat(GameRef(g * games + j, 0)).count(self.trained) for j in range(games))
-            for g in range(groups)
-        ]
+        out = []
+        for g in range(groups):
+            pairs = [self.seat(GameRef(game_number(g, j, games), 0)) for j in range(games)]
+            out.append(tuple(sum(p[seat] == self.trained for p in pairs) for seat in (0, 1)))
+        return out  # type: ignore[return-value]
+
+    def trained_per_group(self, groups: int, group_size: int) -> list[int]:
+        """How many of each group's rollouts the trained policy plays."""
+        return [a + b for a, b in self.trained_seats(groups, group_size)]
+
+
+def game_number(group: int, index: int, games_per_group: int) -> int:
+    """A game's ``id_``: group ``group``'s ``index``-th game, the groups numbered across
+    the iteration's runners."""
+    return group * games_per_group + index
 
 
 def uses_opponents(config) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ragen_rllib.env_choice.opponents import GameRef, OpponentSetup
+from ragen_rllib.env_choice.opponents import GameRef, OpponentSetup, game_number
 
 #: the snapshot the opponent engines are made with (the model at the start of the run)
 INITIAL = -1
@@ -104,7 +104,7 @@ class Opponents:
         for k in range(0, len(rollouts), 2):
             group = groups[k]
             j = index[group] = index.get(group, -1) + 1
-            game = GameRef(int(group) * (sizes[group] // 2) + j, int(seeds[k]))
+            game = GameRef(game_number(int(group), j, sizes[group] // 2), int(seeds[k]))
             pair = self.setup.seat(game)
             odd = sorted(set(pair) - known)
             if odd:

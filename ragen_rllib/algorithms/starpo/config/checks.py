@@ -19,7 +19,6 @@ from ragen_rllib.algorithms.starpo.config.knobs import RULES, yaml_name
 from ragen_rllib.algorithms.starpo.config.rules import number_hint
 from ragen_rllib.env_choice.env_loading import check_env, make_eval_env
 from ragen_rllib.env_choice.env_mix import format_of, mix_entries, parse_env_mix
-from ragen_rllib.env_choice.opponents import GameRef
 from ragen_rllib.env_choice.opponents import check_unused as check_unused_opponents
 from ragen_rllib.env_runner.context_budget import check_context_budget
 from ragen_rllib.maths.estimators import ESTIMATORS
@@ -75,15 +74,10 @@ def _check_estimator(config, bad) -> None:
 
 def seat_counts(config) -> list[int]:
     """The trained rollouts of each (group, seat) of an iteration in self-play."""
-    games = config.group_size // 2
     setup = config.opponent_setup
     if setup is None:
-        return [games] * 2 * config.env_groups
-    counts = []
-    for g in range(config.env_groups):
-        seats = [setup.seat(GameRef(g * games + j, 0)) for j in range(games)]
-        counts += [sum(pair[seat] == setup.trained for pair in seats) for seat in (0, 1)]
-    return counts
+        return [config.group_size // 2] * 2 * config.env_groups
+    return [n for seats in setup.trained_seats(config.env_groups, config.group_size) for n in seats]
 
 
 def _check_filter(config, bad) -> None:
