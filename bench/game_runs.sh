@@ -13,7 +13,7 @@
 # Per run, OUT/<example>_s<seed>/ holds train.log and figures.json (bench_train_cpu),
 # ckpt/, eval.json and turns.parquet (rllib evaluate) and, for Kuhn Poker,
 # strategy.json. `rllib report` on the run folder that train.log names draws its
-# curves.
+# curves. THREADS=1 lets two of these share a 2-core machine (torch threads per run).
 set -euo pipefail
 out=${1:?usage: game_runs.sh OUT SEED... -- EXAMPLE.yaml...}
 shift
@@ -23,6 +23,7 @@ while [[ $# -gt 0 && $1 != "--" ]]; do seeds+=("$1"); shift; done
 [[ ${#seeds[@]} -gt 0 && $# -gt 0 ]] || { echo "give seeds, then -- and the examples" >&2; exit 2; }
 minutes=${MINUTES:-60}
 states=${EVAL_STATES:-1000}
+threads=${THREADS:-0}
 here=$(cd "$(dirname "$0")" && pwd)
 for example in "$@"; do
   name=$(basename "$example" .yaml)
@@ -36,7 +37,7 @@ PY
     dir="$out/${name}_s$seed"
     mkdir -p "$dir"
     echo "== $name seed $seed -> $dir"
-    python "$here/bench_train_cpu.py" "$example" --minutes "$minutes" --suites \
+    python "$here/bench_train_cpu.py" "$example" --minutes "$minutes" --suites --threads "$threads" \
       --config "{\"seed\": $seed}" --json "$dir/figures.json" --checkpoint "$dir/ckpt" \
       > "$dir/train.log" 2>&1
     args=()
