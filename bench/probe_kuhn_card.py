@@ -1,12 +1,14 @@
 """Can the run's model make its Kuhn Poker action depend on its card, and how fast?
 
 A supervised probe, used only to choose the learning rate and to read what limits
-the self-play runs; its labels are never training data. It loads the model a run
+the Kuhn Poker runs; its labels are never training data. It loads the model a run
 trains (the tuned example's ``llm`` after its format warm-up, built and cached as
-the run would) and the run's own first-turn prompts (either seat, before or after
-the opponent's move), each followed by a filler think and ``<answer>``. It scores
-every allowed action by the log-probability of its answer text and reports, on
-held-out deals:
+the run would) and the run's own first-turn prompts against a fixed opponent
+(either seat, before or after the opponent's move; a self-play example is refused:
+without an opponent its second seat would be shown a first prompt before any
+move), each followed by a fixed think text and ``<answer>``. It scores every
+allowed action by the log-probability of its answer text and reports, over
+``--eval-states`` drawn first turns:
 
 - ``rule``: the mean probability (renormalised over the allowed actions) of the
   card rule: with K bet or call, with J check or fold, with Q check or call. The
@@ -18,13 +20,16 @@ Then it trains on the rule's answers (loss on the answer tokens, AdamW, batch
 ``--batch``, constant lr) and prints both figures every ``--eval-every`` steps: the
 number of clean supervised steps the action needs to follow the card at the run's
 learning rate. A reinforcement signal is noisier than these labels, so it needs
-at least that many updates.
+at least that many updates. There are only nine distinct first-turn prompts (three
+cards; the first seat, the second after a check, the second after a bet), so
+training and evaluation draw the same nine: the probe asks whether the action can
+follow the card at a given rate, not whether anything generalises.
 
     python bench/probe_kuhn_card.py tuned_examples/kuhn_poker_smollm2_cpu.yaml --lr 1e-5 1e-4 \
         --steps 20 --eval-every 10 --eval-states 60
 
 Measured (SmolLM2-135M-Instruct after the example's format warm-up, seed 0; 60
-held-out first turns; batch 16; 2 threads, about 22 s a step: the prompts hold the
+drawn first turns; batch 16; 2 threads, about 22 s a step: the prompts hold the
 rules): at the start ``rule`` 0.482, ``gap`` 0.013 (card-blind). At lr 1e-5 after
 10 steps: 0.504, -0.010 (nothing moved). At lr 1e-4 after 10 steps: 0.588, 0.211;
 after 20: 0.999, 0.998 (the action follows the card).
@@ -49,11 +54,16 @@ RULE = {  # card -> (action without a bet to face, action facing a bet)
 
 def first_turns(config, tokenizer, count: int, seed0: int):
     """``count`` (prompt ids, card, allowed actions, rule action) of the run's first
-    turns, on seeds from ``seed0``."""
+    turns, on seeds from ``seed0``, and the run's prefill."""
     from ragen_rllib.chat.prompts import ChatFormat, render_turn, with_instructions
     from ragen_rllib.env_choice.env_loading import make_eval_env
     from ragen_rllib.env_choice.env_mix import format_of, mix_entries
 
+    if config.self_play:
+        raise SystemExit(
+            "probe_kuhn_card.py reads a fixed-opponent example (self_play: false); "
+            "the self-play examples' model is the same, give kuhn_poker_smollm2_cpu.yaml"
+        )
     entry = mix_entries(config)[0]
     env, fmt = make_eval_env(entry), format_of(entry, config)
     chat = ChatFormat(tokenizer, fmt.system, fmt.prefill)
@@ -70,12 +80,16 @@ def first_turns(config, tokenizer, count: int, seed0: int):
         )
         rows.append((chat.prompt_ids(prompt), card, allowed, rule))
     env.close()
-    return rows
+    return rows, fmt.prefill
 
 
-def answer_ids(tokenizer, action: str, think: str) -> list[int]:
-    text = f" {think} </think> <answer> {action} </answer>"
-    return list(tokenizer.encode(text, add_special_tokens=False)) + [tokenizer.eos_token_id]
+def answer_ids(tokenizer, action: str, think: str, prefill: str = "<think>") -> list[int]:
+    """The answer's ids after the run's ``prefill``, ending in EOS, as rollouts sample it."""
+    text = f"<think> {think} </think> <answer> {action} </answer>"
+    if not text.startswith(prefill):
+        raise SystemExit(f"the probe writes '<think>' answers; the run's prefill is {prefill!r}")
+    ids = tokenizer.encode(text[len(prefill) :], add_special_tokens=False)
+    return list(ids) + [tokenizer.eos_token_id]
 
 
 def batch_logprob(model, pairs, pad: int) -> torch.Tensor:
@@ -98,15 +112,17 @@ def batch_logprob(model, pairs, pad: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, rows, think: str, pad: int) -> dict[str, float]:
+def evaluate(model, tokenizer, rows, think: str, prefill: str, pad: int) -> dict[str, float]:
     rule_p, aggressive = [], {0: [], 2: []}
     for prompt, card, allowed, rule in rows:
-        pairs = [(prompt, answer_ids(tokenizer, a, think)) for a in allowed]
+        pairs = [(prompt, answer_ids(tokenizer, a, think, prefill)) for a in allowed]
         probs = torch.softmax(batch_logprob(model, pairs, pad), 0)
         p = dict(zip(allowed, probs.tolist(), strict=True))
         rule_p.append(p[rule])
         if card in aggressive:
             aggressive[card].append(p.get("bet", 0.0) + p.get("call", 0.0))
+    if not (aggressive[0] and aggressive[2]):
+        raise SystemExit("--eval-states drew no J or no K: draw more")
     return {
         "rule": round(float(np.mean(rule_p)), 3),
         "gap": round(float(np.mean(aggressive[2]) - np.mean(aggressive[0])), 3),
@@ -139,28 +155,30 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(path)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    held_out = first_turns(config, tokenizer, args.eval_states, 3_000_000)
-    train = first_turns(config, tokenizer, args.steps * args.batch, 4_000_000)
-    print(f"model {path}; {len(held_out)} held-out first turns, think {args.think!r}")
+    shown, prefill = first_turns(config, tokenizer, args.eval_states, 3_000_000)
+    train, _ = first_turns(config, tokenizer, args.steps * args.batch, 4_000_000)
+    print(f"model {path}; {len(shown)} first turns measured, think {args.think!r}")
     curves = {}
     for lr in args.lr:
         torch.manual_seed(0)
         model = copy.deepcopy(base)
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-        curve = [{"step": 0, **evaluate(model.eval(), tokenizer, held_out, args.think, pad)}]
+        curve = [{"step": 0, **evaluate(model.eval(), tokenizer, shown, args.think, prefill, pad)}]
         print(f"lr {lr:g} step 0: {curve[-1]}", flush=True)
         start = time.perf_counter()
         for step in range(1, args.steps + 1):
             model.train()
             rows = train[(step - 1) * args.batch : step * args.batch]
-            pairs = [(p, answer_ids(tokenizer, rule, args.think)) for p, _, _, rule in rows]
+            pairs = [
+                (p, answer_ids(tokenizer, rule, args.think, prefill)) for p, _, _, rule in rows
+            ]
             loss = -batch_logprob(model, pairs, pad).mean()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if step % args.eval_every == 0 or step == args.steps:
-                figures = evaluate(model.eval(), tokenizer, held_out, args.think, pad)
+                figures = evaluate(model.eval(), tokenizer, shown, args.think, prefill, pad)
                 curve.append({"step": step, "loss": round(loss.item(), 3), **figures})
                 print(
                     f"lr {lr:g} step {step}: {curve[-1]} ({time.perf_counter() - start:.0f} s)",

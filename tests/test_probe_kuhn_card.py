@@ -48,7 +48,8 @@ def test_the_card_rule_is_worth_the_game_value_against_nash():
 
 def test_first_turns_label_the_card_shown_with_an_allowed_action(tokenizer):
     config = tiny_config(env="ragen/KuhnPoker-v0", max_turns=4)
-    rows = probe.first_turns(config, tokenizer, 40, 0)
+    rows, prefill = probe.first_turns(config, tokenizer, 40, 0)
+    assert prefill == "<think>"
     seen = Counter()
     for prompt, card, allowed, rule in rows:
         text = tokenizer.decode(prompt)
@@ -58,6 +59,17 @@ def test_first_turns_label_the_card_shown_with_an_allowed_action(tokenizer):
         assert rule == probe.RULE[card][facing] and rule in allowed
         seen[(card, facing)] += 1
     assert len(seen) == 6  # every card, with and without a bet to face
+
+
+def test_the_answer_follows_the_prefill_and_a_self_play_example_is_refused(tokenizer):
+    full = tokenizer.decode(probe.answer_ids(tokenizer, "bet", "hm", ""))
+    after = tokenizer.decode(probe.answer_ids(tokenizer, "bet", "hm", "<think>"))
+    assert full.startswith("<think> hm </think> <answer> bet </answer>")
+    assert after.startswith(" hm </think> <answer> bet </answer>")
+    with pytest.raises(SystemExit, match="fixed-opponent"):
+        probe.first_turns(
+            tiny_config(env="ragen/KuhnPoker-v0", max_turns=4, self_play=True), tokenizer, 1, 0
+        )
 
 
 def test_answer_logprob_matches_the_full_computation():
