@@ -54,10 +54,12 @@ RULE = {  # card -> (action without a bet to face, action facing a bet)
 
 def first_turns(config, tokenizer, count: int, seed0: int):
     """``count`` (prompt ids, card, allowed actions, rule action) of the run's first
-    turns, on seeds from ``seed0``, and the run's prefill."""
-    from ragen_rllib.chat.prompts import ChatFormat, render_turn, with_instructions
+    turns, on seeds from ``seed0``, and the run's prefill. The prompts are the
+    runner's own (``first_prompt_ids``); the labels come from the same seeds'
+    states."""
     from ragen_rllib.env_choice.env_loading import make_eval_env
     from ragen_rllib.env_choice.env_mix import format_of, mix_entries
+    from ragen_rllib.env_runner.context_budget import first_prompt_ids
 
     if config.self_play:
         raise SystemExit(
@@ -65,22 +67,18 @@ def first_turns(config, tokenizer, count: int, seed0: int):
             "the self-play examples' model is the same, give kuhn_poker_smollm2_cpu.yaml"
         )
     entry = mix_entries(config)[0]
-    env, fmt = make_eval_env(entry), format_of(entry, config)
-    chat = ChatFormat(tokenizer, fmt.system, fmt.prefill)
+    seeds = range(seed0, seed0 + count)
+    prompts = first_prompt_ids(entry, config, tokenizer, seeds)
+    env = make_eval_env(entry)
     rows = []
-    for i in range(count):
-        obs, info = env.reset(seed=seed0 + i)
+    for seed, prompt in zip(seeds, prompts, strict=True):
+        env.reset(seed=seed)
         inner = env.unwrapped
-        seat = inner.seat
-        card = inner.game.cards[seat]
+        card = inner.game.cards[inner.seat]
         allowed = tuple(inner.action_names)
-        rule = RULE[card][1 if "call" in allowed else 0]
-        prompt = with_instructions(
-            inner, render_turn(1, obs, info.get("actions_left"), None, fmt), fmt
-        )
-        rows.append((chat.prompt_ids(prompt), card, allowed, rule))
+        rows.append((prompt, card, allowed, RULE[card][1 if "call" in allowed else 0]))
     env.close()
-    return rows, fmt.prefill
+    return rows, format_of(entry, config).prefill
 
 
 def answer_ids(tokenizer, action: str, think: str, prefill: str = "<think>") -> list[int]:
@@ -93,22 +91,21 @@ def answer_ids(tokenizer, action: str, think: str, prefill: str = "<think>") -> 
 
 
 def batch_logprob(model, pairs, pad: int) -> torch.Tensor:
-    """Sum of the answer tokens' log-probabilities of each (prompt, answer) pair (the
-    vocabulary projection only at the answer's positions: the prompts are long)."""
+    """Sum of the answer tokens' log-probabilities of each (prompt, answer) pair, scored
+    as the learner scores responses (``response_logprobs``: the vocabulary projection
+    only at the answer's positions; the prompts are long)."""
+    from ragen_rllib.rl_module.scoring import response_logprobs
+
     width = max(len(p) + len(a) for p, a in pairs)
     ids = torch.full((len(pairs), width), pad, dtype=torch.long)
     mask = torch.zeros((len(pairs), width), dtype=torch.long)
-    rows, cols = [], []
+    answer = torch.zeros((len(pairs), width), dtype=torch.long)
     for r, (p, a) in enumerate(pairs):
         ids[r, : len(p) + len(a)] = torch.tensor(p + a)
         mask[r, : len(p) + len(a)] = 1
-        rows += [r] * len(a)
-        cols += range(len(p) - 1, len(p) + len(a) - 1)  # the positions predicting the answer
-    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
-    rows_t, cols_t = torch.tensor(rows), torch.tensor(cols)
-    logits = model.lm_head(hidden[rows_t, cols_t]).float()
-    logp = torch.log_softmax(logits, -1).gather(-1, ids[rows_t, cols_t + 1][:, None])[:, 0]
-    return torch.zeros(len(pairs)).index_add(0, rows_t, logp)
+        answer[r, len(p) : len(p) + len(a)] = 1
+    batch = {"input_ids": ids, "attention_mask": mask, "response_mask": answer}
+    return response_logprobs(model, batch, temperature=1.0)["logp"].sum(-1)
 
 
 @torch.no_grad()
