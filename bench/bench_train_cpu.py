@@ -13,7 +13,8 @@ every 0.5 s from /proc.
     python bench/bench_train_cpu.py tuned_examples/frozenlake_cpu.yaml --minutes 20
 
 Every iteration's full result is also appended to ``result.json`` in the
-run's folder (printed at the start; under ``~/ray_results``), with the
+run's folder (printed at the start; under ``~/ray_results``; its settings in a
+``params.json`` beside it), with the
 evaluation before training as iteration 0 and the one after as a last row,
 so ``rllib report <folder>`` draws the run's curves (``curves.png``) and its
 trajectory browser as it does for ``rllib train``.
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragen_rllib.cli.experiments import build_config, load_experiments
 
     name, exp = next(iter(load_experiments(args.file).items()))
-    config, grid = build_config(exp, json.loads(args.config) if args.config else {})
+    overrides = json.loads(args.config) if args.config else {}
+    config, grid = build_config(exp, overrides)
     if grid:
         parser.error(f"{args.file} sweeps {sorted(grid)}; this script runs one config")
     iterations = args.iterations or int((exp.get("stop") or {}).get("training_iteration", 50))
@@ -192,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     cached = warmed and os.path.isfile(os.path.join(warmup.warmed_path(config), warmup.RECORD_FILE))
     algo = config.build_algo()  # runs the format warm-up, when there is one not cached
     results = open(Path(algo.logdir) / "result.json", "w")  # noqa: SIM115 - closed below
+    # The settings as `rllib train file` gives a trial's params.json, so that `rllib
+    # report` on a folder of these runs groups them by setting and seed.
+    params = {"env": exp.get("env"), **(exp.get("config") or {}), **overrides}
+    (Path(algo.logdir) / "params.json").write_text(json.dumps(params, default=str))
     print(f"result.json and rollouts in {algo.logdir}", flush=True)
     try:
         start = time.perf_counter()

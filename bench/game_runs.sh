@@ -14,6 +14,8 @@
 # ckpt/, eval.json and turns.parquet (rllib evaluate) and, for Kuhn Poker,
 # strategy.json. `rllib report` on the run folder that train.log names draws its
 # curves. THREADS=1 lets two of these share a 2-core machine (torch threads per run).
+# CONFIG (a JSON object) is merged into every run's config, e.g.
+# CONFIG='{"lr": 1e-4, "kl_coeff": 0.1}'.
 set -euo pipefail
 out=${1:?usage: game_runs.sh OUT SEED... -- EXAMPLE.yaml...}
 shift
@@ -24,6 +26,7 @@ while [[ $# -gt 0 && $1 != "--" ]]; do seeds+=("$1"); shift; done
 minutes=${MINUTES:-60}
 states=${EVAL_STATES:-1000}
 threads=${THREADS:-0}
+extra=${CONFIG:-"{}"}
 here=$(cd "$(dirname "$0")" && pwd)
 for example in "$@"; do
   name=$(basename "$example" .yaml)
@@ -38,7 +41,7 @@ PY
     mkdir -p "$dir"
     echo "== $name seed $seed -> $dir"
     python "$here/bench_train_cpu.py" "$example" --minutes "$minutes" --suites --threads "$threads" \
-      --config "{\"seed\": $seed}" --json "$dir/figures.json" --checkpoint "$dir/ckpt" \
+      --config "$(python -c 'import json, sys; print(json.dumps({**json.loads(sys.argv[1]), "seed": int(sys.argv[2])}))' "$extra" "$seed")" --json "$dir/figures.json" --checkpoint "$dir/ckpt" \
       > "$dir/train.log" 2>&1
     args=()
     for s in $suite; do args+=(--suite "$s"); done

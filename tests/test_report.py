@@ -271,6 +271,10 @@ def test_report_of_a_bench_train_cpu_run(tmp_path):
     assert trial.is_relative_to(tmp_path / "home")
     rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [0, 1, 2, 2]
+    # Its settings as a trial's params.json, so a folder of these runs groups by seed.
+    params = json.loads((trial / "params.json").read_text())
+    assert params["env"] == "ragen/Bandit-v0" and params["eval_num_states"] == 8
+    assert params["rollout_dump_interval"] == 1 and "lr" in params
     figures = json.loads(proc.stdout[proc.stdout.rindex("{\n") :])
     assert rows[0]["evaluation"]["success_rate"] == figures["success_before"]
     assert rows[-1]["evaluation"]["success_rate"] == figures["success_after"]
@@ -331,3 +335,51 @@ def test_flat_keys_with_slashes_are_found_under_their_family():
         ("tictactoe/random", "evaluation/tictactoe/random/game/win_rate"),
     ]
     assert lookup(row, "evaluation/tictactoe/random/game/win_rate") == 0.75
+
+
+def test_seed_report_shows_think_length_and_diversity_per_setting_between_evaluations(tmp_path):
+    """An ablation's question (RAE against no RAE): does the reasoning shrink? The seed
+    table gains, per setting, the think length, distinct-2 and token entropy averaged
+    over each span between evaluations, as mean +- std over seeds."""
+    for n, (estimator, seed) in enumerate((("rae", 0), ("rae", 1), ("grpo", 0), ("grpo", 1))):
+        folder = tmp_path / "exp" / f"StarPO_x_{n}_2026-11-25_00-00-00"
+        params = {"advantage_estimator": estimator, "seed": seed}
+        _seed_trial(folder, params, {10: 0.5, 20: 0.5}, 0.5)
+        rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+        for row in rows:
+            i = row["training_iteration"]
+            shrink = 0.0 if estimator == "rae" else 1.0  # no RAE: one word fewer an iteration
+            row["collapse"]["think_words_mean"] = 30.0 + seed - shrink * i
+            if i % 2 == 0:  # logged every other iteration
+                row["collapse"]["distinct_2"] = 0.5 if estimator == "rae" else 0.1
+        (folder / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["report", str(tmp_path / "exp")]) == 0
+    table = (tmp_path / "exp" / "report" / "seeds.md").read_text()
+    second = table.split("\n\n")[2].splitlines()
+    assert second[0] == "| setting | measure | 1-10 | 11-20 |"
+    assert second[2:] == [
+        '| advantage_estimator="grpo" | think words | 25.000 +- 0.707 | 15.000 +- 0.707 |',
+        '| advantage_estimator="grpo" | distinct-2 | 0.100 +- 0.000 | 0.100 +- 0.000 |',
+        '| advantage_estimator="grpo" | token entropy | 0.900 +- 0.000 | 0.900 +- 0.000 |',
+        '| advantage_estimator="rae" | think words | 30.500 +- 0.707 | 30.500 +- 0.707 |',
+        '| advantage_estimator="rae" | distinct-2 | 0.500 +- 0.000 | 0.500 +- 0.000 |',
+        '| advantage_estimator="rae" | token entropy | 0.900 +- 0.000 | 0.900 +- 0.000 |',
+    ]
+    png = (tmp_path / "exp" / "report" / "seeds.png").read_bytes()
+    assert png[:4] == b"\x89PNG"
+
+
+def test_reasoning_table_is_empty_without_the_measures():
+    from ragen_rllib.cli.report_seeds import reasoning_table
+
+    groups = {"a": [0, 1]}
+    assert reasoning_table(groups, {"think words": [{}, {}]}, [10, 20]) == ""
+    assert reasoning_table(groups, {"think words": [{5: 1.0}, {}]}, []) == ""
+    assert reasoning_table(groups, {"think words": [{5: 1.0}, {}]}, [0]) == ""
+    one = reasoning_table(groups, {"think words": [{5: 1.0, 15: 3.0}, {}]}, [10, 20])
+    assert one.splitlines()[2] == "| a | think words | 1.000 (n=1) | 3.000 (n=1) |"
+    # Runs cut at different lengths (their last evaluation at 21 and 24) share the spans
+    # of the evaluation interval, up to the last iteration logged.
+    cut = reasoning_table(groups, {"think words": [{5: 1.0, 21: 2.0}, {24: 4.0}]}, [0, 10, 21, 24])
+    assert cut.splitlines()[0] == "| setting | measure | 1-10 | 11-20 | 21-30 |"
+    assert cut.splitlines()[2] == "| a | think words | 1.000 (n=1) | - | 3.000 +- 1.414 |"

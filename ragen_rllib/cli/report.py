@@ -321,7 +321,13 @@ def report(args: argparse.Namespace) -> int:
         raise UsageError(f"rllib report draws its curves with matplotlib: {REPORT_EXTRA_INSTALL}")
 
     from ragen_rllib.cli.report_html import collect_trajectories, render_html
-    from ragen_rllib.cli.report_seeds import plot_seeds, seed_groups, seed_table
+    from ragen_rllib.cli.report_seeds import (
+        REASONING,
+        plot_seeds,
+        reasoning_table,
+        seed_groups,
+        seed_table,
+    )
 
     run_dir = Path(args.run_dir).expanduser().resolve()
     trials = find_trials(run_dir)
@@ -350,11 +356,15 @@ def report(args: argparse.Namespace) -> int:
         evals = [series(rows, "evaluation/success_rate") for rows in results]
         trains = [series(rows, "rollout/success_rate") for rows in results]
         table = seed_table(groups, evals, trains, [p.get("seed") for p in params])
+        measures = {name: [series(rows, path) for rows in results] for name, path in REASONING}
+        marks = sorted({it for i in range(len(trials)) for it in evals[i]})
+        reasoning = reasoning_table(groups, measures, marks)
+        table += f"\n{reasoning}" if reasoning else ""
         if left_out:
             names = ", ".join(trials[i].name for i in left_out)
             table += f"\nleft out (no seed in params.json): {names}\n"
         (out / "seeds.md").write_text(table, encoding="utf-8")
-        (out / "seeds.png").write_bytes(plot_seeds(groups, evals, trains))
+        (out / "seeds.png").write_bytes(plot_seeds(groups, evals, trains, measures=measures))
         print(table, end="")
     seeds = " and seeds.md/seeds.png (mean +- std over seeds)" if by_seed is not None else ""
     print(f"wrote {out / 'curves.png'} and {out / 'report.html'}{seeds} "

@@ -6,8 +6,11 @@ that differ only in ``seed`` together; :func:`seed_table` gives, per setting, th
 evaluation success at each evaluated iteration, and the training success over the
 ``window`` iterations up to it, as mean +- sample std (ddof 1) over the seeds, in
 Markdown; a cell over fewer trials than its setting has (one crashed, or still
-running) says how many. :func:`plot_seeds` draws the same as curves with a band of
-one std. The report writes both as ``seeds.md`` and ``seeds.png``.
+running) says how many. :func:`reasoning_table` gives, where the trials logged the
+collapse metrics, the think length, distinct-2 and token entropy between evaluations
+the same way (the question of an ablation such as RAE against no RAE: does the
+reasoning shrink or narrow?). :func:`plot_seeds` draws the same as curves with a band
+of one std. The report writes both as ``seeds.md`` and ``seeds.png``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ from typing import Any
 import numpy as np
 
 Series = dict[int, float]  # {iteration: value}
+
+#: (name, key path in a result row) of the reasoning measures :func:`reasoning_table`
+#: and :func:`plot_seeds` show across seeds, where the trials logged them.
+REASONING = (
+    ("think words", "collapse/think_words_mean"),
+    ("distinct-2", "collapse/distinct_2"),
+    ("token entropy", "learners/default_policy/entropy"),
+)
 
 
 def differing_keys(params: list[dict[str, Any]]) -> list[str]:
@@ -147,24 +158,73 @@ def seed_table(
     return "\n".join(lines) + f"\n\n{note}\n"
 
 
+def reasoning_table(
+    groups: dict[str, list[int]], measures: dict[str, list[Series]], marks: list[int]
+) -> str:
+    """Markdown: a row per (setting, measure), a column per span of iterations as long
+    as the first evaluation interval (the first of ``marks``, the evaluated iterations,
+    from 1: 1-10, 11-20, ...) up to the last iteration any trial logged, each cell the
+    mean over the span of each trial, as mean +- std over the setting's trials. Runs cut
+    at different lengths thus share their spans. ``measures`` holds {name: each trial's
+    series}; "" when no trial logged any of them or nothing was evaluated."""
+    width = min((m for m in marks if m >= 1), default=0)  # not an evaluation before training
+    last = max((it for series in measures.values() for s in series for it in s), default=0)
+    if not width or not last:
+        return ""
+    spans = [(lo, lo + width) for lo in range(0, last, width)]
+    head = ["setting", "measure"] + [f"{lo + 1}-{hi}" for lo, hi in spans]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, group in groups.items():
+        for name, by_trial in measures.items():
+            cells = [label, name]
+            for lo, hi in spans:
+                blocks = []
+                for i in group:
+                    span = [v for k, v in by_trial[i].items() if lo < k <= hi]
+                    if span:
+                        blocks.append(float(np.mean(span)))
+                cells.append(_stat(blocks, len(group)))
+            lines.append("| " + " | ".join(cells) + " |")
+    note = (
+        "mean +- sample std over the trials of a setting of each trial's mean over the "
+        "iterations of the span (think words: the words between <think> and </think>; "
+        "distinct-2: distinct word pairs over all pairs in the batch's think texts; token "
+        "entropy: the learner's, in nats)"
+    )
+    return "\n".join(lines) + f"\n\n{note}\n"
+
+
 def plot_seeds(
-    groups: dict[str, list[int]], evals: list[Series], trains: list[Series], window: int = 20
+    groups: dict[str, list[int]],
+    evals: list[Series],
+    trains: list[Series],
+    window: int = 20,
+    measures: dict[str, list[Series]] | None = None,
 ) -> bytes:
     """Training success (:func:`window_means` over ``window`` iterations) and evaluation success
-    per setting: the mean over seeds as a line, one std as a band (PNG bytes)."""
+    per setting, and a panel per reasoning measure that any trial logged (``measures``, as
+    in :func:`reasoning_table`, smoothed like training success): the mean over seeds as a
+    line, one std as a band (PNG bytes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    logged = {k: v for k, v in (measures or {}).items() if any(v)}
+    # (title, each trial's series, smoothing window in iterations; 0: drawn as logged).
+    # The reasoning measures move within a few iterations: a shorter window.
+    panels = [("training success", trains, window), ("evaluation success", evals, 0)]
+    panels += [(name, by_trial, max(1, window // 4)) for name, by_trial in logged.items()]
+    rows = (len(panels) + 1) // 2
+    fig, grid = plt.subplots(rows, 2, figsize=(11, 3.8 * rows), squeeze=False)
+    axes = grid.ravel()
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for g, (label, members) in enumerate(groups.items()):
         colour = colours[g % len(colours)]
-        for ax, by_trial, smooth in ((axes[0], trains, True), (axes[1], evals, False)):
+        for ax, (_, by_trial, smooth) in zip(axes, panels, strict=False):
             series = [by_trial[i] for i in members if by_trial[i]]  # not a trial without data
             if smooth:  # a run shorter than the window is drawn as it is
-                smoothed = [window_means(s, window) for s in series]
+                smoothed = [window_means(s, smooth) for s in series]
                 series = smoothed if all(smoothed) else series
             xs = sorted(set.intersection(*(set(s) for s in series))) if series else []
             if not xs:
@@ -174,13 +234,15 @@ def plot_seeds(
             ax.plot(xs, mean, color=colour, lw=1.4, marker="o" if len(xs) < 12 else None,
                     ms=3, label=f"{label} (n={len(members)})")  # fmt: skip
             ax.fill_between(xs, mean - std, mean + std, color=colour, alpha=0.18, lw=0)
-    for ax, title in zip(axes, (f"training success ({window}-iteration mean)",
-                                "evaluation success"), strict=True):  # fmt: skip
+    for ax, (title, _, smooth) in zip(axes, panels, strict=False):
+        title += f" ({smooth}-iteration mean)" if smooth else ""
         ax.set_title(f"{title}, mean +- std over seeds", fontsize=10)
         ax.set_xlabel("iteration", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7)
+    for ax in axes[len(panels) :]:  # an odd number of panels leaves one empty
+        ax.set_visible(False)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
