@@ -194,10 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     cached = warmed and os.path.isfile(os.path.join(warmup.warmed_path(config), warmup.RECORD_FILE))
     algo = config.build_algo()  # runs the format warm-up, when there is one not cached
     results = open(Path(algo.logdir) / "result.json", "w")  # noqa: SIM115 - closed below
-    # The settings as `rllib train file` gives a trial's params.json, so that `rllib
-    # report` on a folder of these runs groups them by setting and seed.
-    params = {"env": exp.get("env"), **(exp.get("config") or {}), **overrides}
-    (Path(algo.logdir) / "params.json").write_text(json.dumps(params, default=str))
+    # The full config, as a Tune trial's params.json holds it, so that `rllib report`
+    # on a folder of these runs (or of these and `rllib train`'s) groups them by
+    # setting and seed.
+    params = json.dumps(config.to_dict(), default=str)
+    (Path(algo.logdir) / "params.json").write_text(params)
     print(f"result.json and rollouts in {algo.logdir}", flush=True)
     try:
         start = time.perf_counter()

@@ -15,7 +15,8 @@
 # strategy.json. `rllib report` on the run folder that train.log names draws its
 # curves. THREADS=1 lets two of these share a 2-core machine (torch threads per run).
 # CONFIG (a JSON object) is merged into every run's config, e.g.
-# CONFIG='{"lr": 1e-4, "kl_coeff": 0.1}'.
+# CONFIG='{"lr": 1e-4, "kl_coeff": 0.1}'; TAG names such runs apart in OUT
+# (OUT/<example>_<TAG>_s<seed>/).
 set -euo pipefail
 out=${1:?usage: game_runs.sh OUT SEED... -- EXAMPLE.yaml...}
 shift
@@ -37,11 +38,13 @@ print(" ".join(exp["config"].get("eval_suites") or []))
 PY
 )
   for seed in "${seeds[@]}"; do
-    dir="$out/${name}_s$seed"
+    dir="$out/${name}${TAG:+_$TAG}_s$seed"
     mkdir -p "$dir"
     echo "== $name seed $seed -> $dir"
+    # (its own line: under set -e a bad CONFIG stops the script here)
+    config=$(python -c 'import json, sys; print(json.dumps({**json.loads(sys.argv[1]), "seed": int(sys.argv[2])}))' "$extra" "$seed")
     python "$here/bench_train_cpu.py" "$example" --minutes "$minutes" --suites --threads "$threads" \
-      --config "$(python -c 'import json, sys; print(json.dumps({**json.loads(sys.argv[1]), "seed": int(sys.argv[2])}))' "$extra" "$seed")" --json "$dir/figures.json" --checkpoint "$dir/ckpt" \
+      --config "$config" --json "$dir/figures.json" --checkpoint "$dir/ckpt" \
       > "$dir/train.log" 2>&1
     args=()
     for s in $suite; do args+=(--suite "$s"); done

@@ -337,21 +337,26 @@ def test_flat_keys_with_slashes_are_found_under_their_family():
     assert lookup(row, "evaluation/tictactoe/random/game/win_rate") == 0.75
 
 
+def _png_height(png: bytes) -> int:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(png[20:24], "big")  # IHDR: width, then height
+
+
 def test_seed_report_shows_think_length_and_diversity_per_setting_between_evaluations(tmp_path):
     """An ablation's question (RAE against no RAE): does the reasoning shrink? The seed
     table gains, per setting, the think length, distinct-2 and token entropy averaged
-    over each span between evaluations, as mean +- std over seeds."""
+    over each span of the evaluation interval, as mean +- std over seeds."""
     for n, (estimator, seed) in enumerate((("rae", 0), ("rae", 1), ("grpo", 0), ("grpo", 1))):
         folder = tmp_path / "exp" / f"StarPO_x_{n}_2026-11-25_00-00-00"
-        params = {"advantage_estimator": estimator, "seed": seed}
+        params = {"advantage_estimator": estimator, "seed": seed, "eval_interval": 10}
         _seed_trial(folder, params, {10: 0.5, 20: 0.5}, 0.5)
         rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
         for row in rows:
             i = row["training_iteration"]
             shrink = 0.0 if estimator == "rae" else 1.0  # no RAE: one word fewer an iteration
             row["collapse"]["think_words_mean"] = 30.0 + seed - shrink * i
-            if i % 2 == 0:  # logged every other iteration
-                row["collapse"]["distinct_2"] = 0.5 if estimator == "rae" else 0.1
+            if i % 2 == 0:  # logged every other iteration: 2, 4, ..., 20
+                row["collapse"]["distinct_2"] = i / 100 if estimator == "rae" else 0.1
         (folder / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["report", str(tmp_path / "exp")]) == 0
     table = (tmp_path / "exp" / "report" / "seeds.md").read_text()
@@ -362,24 +367,39 @@ def test_seed_report_shows_think_length_and_diversity_per_setting_between_evalua
         '| advantage_estimator="grpo" | distinct-2 | 0.100 +- 0.000 | 0.100 +- 0.000 |',
         '| advantage_estimator="grpo" | token entropy | 0.900 +- 0.000 | 0.900 +- 0.000 |',
         '| advantage_estimator="rae" | think words | 30.500 +- 0.707 | 30.500 +- 0.707 |',
-        '| advantage_estimator="rae" | distinct-2 | 0.500 +- 0.000 | 0.500 +- 0.000 |',
+        '| advantage_estimator="rae" | distinct-2 | 0.060 +- 0.000 | 0.160 +- 0.000 |',
         '| advantage_estimator="rae" | token entropy | 0.900 +- 0.000 | 0.900 +- 0.000 |',
     ]
-    png = (tmp_path / "exp" / "report" / "seeds.png").read_bytes()
-    assert png[:4] == b"\x89PNG"
+    # Five panels (two success, three reasoning) take three rows of the figure; a
+    # sweep with no reasoning measures keeps the one row of two.
+    with_measures = _png_height((tmp_path / "exp" / "report" / "seeds.png").read_bytes())
+    from ragen_rllib.cli.report_seeds import plot_seeds
+
+    plain = _png_height(plot_seeds({"a": [0, 1]}, [{10: 0.5}, {10: 0.5}], [{}, {}]))
+    assert with_measures > 2.5 * plain
 
 
-def test_reasoning_table_is_empty_without_the_measures():
-    from ragen_rllib.cli.report_seeds import reasoning_table
+def test_reasoning_spans_follow_the_evaluation_interval_not_a_cut_run():
+    from ragen_rllib.cli.report_seeds import reasoning_table, span_width
 
     groups = {"a": [0, 1]}
-    assert reasoning_table(groups, {"think words": [{}, {}]}, [10, 20]) == ""
-    assert reasoning_table(groups, {"think words": [{5: 1.0}, {}]}, []) == ""
-    assert reasoning_table(groups, {"think words": [{5: 1.0}, {}]}, [0]) == ""
-    one = reasoning_table(groups, {"think words": [{5: 1.0, 15: 3.0}, {}]}, [10, 20])
+    assert reasoning_table(groups, {"think words": [{}, {}]}, 10) == ""
+    one = reasoning_table(groups, {"think words": [{5: 1.0, 15: 3.0}, {}]}, 10)
     assert one.splitlines()[2] == "| a | think words | 1.000 (n=1) | 3.000 (n=1) |"
-    # Runs cut at different lengths (their last evaluation at 21 and 24) share the spans
+    # A measure none of the setting's trials logged has no row.
+    assert len(reasoning_table(groups, {"x": [{5: 1.0}, {}], "y": [{}, {}]}, 10).splitlines()) == 5
+    # Runs cut at different lengths (their last evaluation at 21 and 7) share the spans
     # of the evaluation interval, up to the last iteration logged.
-    cut = reasoning_table(groups, {"think words": [{5: 1.0, 21: 2.0}, {24: 4.0}]}, [0, 10, 21, 24])
-    assert cut.splitlines()[0] == "| setting | measure | 1-10 | 11-20 | 21-30 |"
-    assert cut.splitlines()[2] == "| a | think words | 1.000 (n=1) | - | 3.000 +- 1.414 |"
+    cut = reasoning_table(groups, {"think words": [{5: 1.0, 21: 2.0}, {7: 4.0}]}, 10)
+    assert cut.splitlines()[0] == "| setting | measure | 1-10 | 11-20 | 21-21 |"
+    assert cut.splitlines()[2] == "| a | think words | 2.500 +- 2.121 | - | 2.000 (n=1) |"
+    evals = [{0: 0.5, 10: 0.5, 20: 0.5, 21: 0.5}, {0: 0.5, 7: 0.5}]
+    assert span_width(groups, [{"eval_interval": 10}, {"eval_interval": 10}], evals) == 10
+    assert span_width(groups, [{}, {}], evals) == 10  # not 7 (a cut run's last) nor 1
+    assert span_width(groups, [{}, {}], [{0: 0.5, 30: 0.5}, {}]) == 0  # one span
+    whole = reasoning_table(groups, {"think words": [{5: 1.0, 30: 3.0}, {}]}, 0)
+    assert whole.splitlines()[0] == "| setting | measure | 1-30 |"
+    # Evaluated every iteration: spans widen to at most max_spans columns.
+    many = reasoning_table(groups, {"e": [{i: 1.0 for i in range(1, 101)}, {}]}, 1)
+    head = many.splitlines()[0]
+    assert head.count("|") - 3 == 12 and "| 1-9 |" in head and head.endswith("| 100-100 |")

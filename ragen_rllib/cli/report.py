@@ -327,6 +327,7 @@ def report(args: argparse.Namespace) -> int:
         reasoning_table,
         seed_groups,
         seed_table,
+        span_width,
     )
 
     run_dir = Path(args.run_dir).expanduser().resolve()
@@ -357,8 +358,7 @@ def report(args: argparse.Namespace) -> int:
         trains = [series(rows, "rollout/success_rate") for rows in results]
         table = seed_table(groups, evals, trains, [p.get("seed") for p in params])
         measures = {name: [series(rows, path) for rows in results] for name, path in REASONING}
-        marks = sorted({it for i in range(len(trials)) for it in evals[i]})
-        reasoning = reasoning_table(groups, measures, marks)
+        reasoning = reasoning_table(groups, measures, span_width(groups, params, evals))
         table += f"\n{reasoning}" if reasoning else ""
         if left_out:
             names = ", ".join(trials[i].name for i in left_out)

@@ -158,24 +158,51 @@ def seed_table(
     return "\n".join(lines) + f"\n\n{note}\n"
 
 
+def span_width(
+    groups: dict[str, list[int]], params: list[dict[str, Any]], evals: list[Series]
+) -> int:
+    """The length in iterations of :func:`reasoning_table`'s spans: the grouped trials'
+    smallest ``eval_interval`` (from their params), else the smallest gap between two
+    evaluations of one trial not counting its last (a run cut by time evaluates once
+    more when it stops), else 0 (one span: the whole run)."""
+    members = [i for group in groups.values() for i in group]
+    intervals = [params[i].get("eval_interval") for i in members]
+    intervals = [v for v in intervals if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if intervals:
+        return min(intervals)
+    gaps = []
+    for i in members:
+        marks = sorted(it for it in evals[i] if it >= 1)[:-1]  # not its last evaluation
+        gaps += [b - a for a, b in zip([0, *marks], marks, strict=False)]
+    return min(gaps, default=0)
+
+
 def reasoning_table(
-    groups: dict[str, list[int]], measures: dict[str, list[Series]], marks: list[int]
+    groups: dict[str, list[int]],
+    measures: dict[str, list[Series]],
+    width: int,
+    max_spans: int = 12,
 ) -> str:
-    """Markdown: a row per (setting, measure), a column per span of iterations as long
-    as the first evaluation interval (the first of ``marks``, the evaluated iterations,
-    from 1: 1-10, 11-20, ...) up to the last iteration any trial logged, each cell the
-    mean over the span of each trial, as mean +- std over the setting's trials. Runs cut
-    at different lengths thus share their spans. ``measures`` holds {name: each trial's
-    series}; "" when no trial logged any of them or nothing was evaluated."""
-    width = min((m for m in marks if m >= 1), default=0)  # not an evaluation before training
-    last = max((it for series in measures.values() for s in series for it in s), default=0)
-    if not width or not last:
+    """Markdown: a row per (setting, measure) that any of the setting's trials logged, a
+    column per span of ``width`` iterations (1-10, 11-20, ...; 0: the whole run) up to
+    the last iteration a grouped trial logged, at most ``max_spans`` of them (wider
+    spans when there would be more), each cell the mean over the span of each trial, as
+    mean +- std over the setting's trials. Runs cut at different lengths share the
+    spans. ``measures`` holds {name: each trial's series}; "" when no grouped trial
+    logged any of them."""
+    members = [i for group in groups.values() for i in group]
+    last = max((it for ss in measures.values() for i in members for it in ss[i]), default=0)
+    if last < 1:
         return ""
-    spans = [(lo, lo + width) for lo in range(0, last, width)]
+    width = width if width >= 1 else last
+    width = max(width, -(-last // max_spans))  # ceil: at most max_spans spans
+    spans = [(lo, min(lo + width, last)) for lo in range(0, last, width)]
     head = ["setting", "measure"] + [f"{lo + 1}-{hi}" for lo, hi in spans]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, group in groups.items():
         for name, by_trial in measures.items():
+            if not any(by_trial[i] for i in group):
+                continue  # not logged by this setting's trials
             cells = [label, name]
             for lo, hi in spans:
                 blocks = []
@@ -203,14 +230,15 @@ def plot_seeds(
 ) -> bytes:
     """Training success (:func:`window_means` over ``window`` iterations) and evaluation success
     per setting, and a panel per reasoning measure that any trial logged (``measures``, as
-    in :func:`reasoning_table`, smoothed like training success): the mean over seeds as a
-    line, one std as a band (PNG bytes)."""
+    in :func:`reasoning_table`, smoothed over ``window // 4`` iterations): the mean over
+    seeds as a line, one std as a band (PNG bytes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    logged = {k: v for k, v in (measures or {}).items() if any(v)}
+    members = [i for group in groups.values() for i in group]
+    logged = {k: v for k, v in (measures or {}).items() if any(v[i] for i in members)}
     # (title, each trial's series, smoothing window in iterations; 0: drawn as logged).
     # The reasoning measures move within a few iterations: a shorter window.
     panels = [("training success", trains, window), ("evaluation success", evals, 0)]
