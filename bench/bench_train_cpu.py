@@ -172,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragen_rllib.cli.experiments import build_config, load_experiments
 
     name, exp = next(iter(load_experiments(args.file).items()))
-    overrides = json.loads(args.config) if args.config else {}
-    config, grid = build_config(exp, overrides)
+    config, grid = build_config(exp, json.loads(args.config) if args.config else {})
     if grid:
         parser.error(f"{args.file} sweeps {sorted(grid)}; this script runs one config")
     iterations = args.iterations or int((exp.get("stop") or {}).get("training_iteration", 50))

@@ -102,6 +102,22 @@ def _stat(values: list[float], of: int) -> str:
     return text if len(values) == of else f"{text} (n={len(values)})"
 
 
+def _members(groups: dict[str, list[int]]) -> list[int]:
+    """The indices of every grouped trial."""
+    return [i for group in groups.values() for i in group]
+
+
+def _span_stat(by_trial: list[Series], group: list[int], lo: int, hi: int) -> str:
+    """:func:`_stat` over the ``group``'s trials of each one's mean over the iterations
+    in (lo, hi]; a trial with no value there is not counted."""
+    blocks = []
+    for i in group:
+        span = [v for k, v in by_trial[i].items() if lo < k <= hi]
+        if span:
+            blocks.append(float(np.mean(span)))
+    return _stat(blocks, len(group))
+
+
 def window_means(series: Series, window: int) -> Series:
     """{iteration: the mean of the values at the iterations in (iteration - window,
     iteration]}, at every iteration of ``series`` from ``window`` on. The window is in
@@ -132,7 +148,7 @@ def seed_table(
     evaluated. ``evals``, ``trains`` and ``seeds`` hold each trial's evaluation and
     training success and its seed. A cell is over the setting's trials that have the
     value, and says how many when that is not all of them (a crashed or running trial)."""
-    members = [i for group in groups.values() for i in group]
+    members = _members(groups)
     evaluated = sorted({it for i in members for it in evals[i]})
     head = ["setting", "seeds"]
     for it in evaluated:
@@ -144,12 +160,7 @@ def seed_table(
         cells = [label, count]
         for it in evaluated:
             cells.append(_stat([evals[i][it] for i in group if it in evals[i]], len(group)))
-            blocks = []
-            for i in group:
-                span = [v for k, v in trains[i].items() if it - window < k <= it]
-                if span:
-                    blocks.append(float(np.mean(span)))
-            cells.append(_stat(blocks, len(group)))
+            cells.append(_span_stat(trains, group, it - window, it))
         lines.append("| " + " | ".join(cells) + " |")
     note = (
         "mean +- sample std over the trials of a setting (one per seed); training success "
@@ -165,7 +176,7 @@ def span_width(
     smallest ``eval_interval`` (from their params), else the smallest gap between two
     evaluations of one trial not counting its last (a run cut by time evaluates once
     more when it stops), else 0 (one span: the whole run)."""
-    members = [i for group in groups.values() for i in group]
+    members = _members(groups)
     intervals = [params[i].get("eval_interval") for i in members]
     intervals = [v for v in intervals if isinstance(v, int) and not isinstance(v, bool) and v > 0]
     if intervals:
@@ -190,8 +201,9 @@ def reasoning_table(
     mean +- std over the setting's trials. Runs cut at different lengths share the
     spans. ``measures`` holds {name: each trial's series}; "" when no grouped trial
     logged any of them."""
-    members = [i for group in groups.values() for i in group]
-    last = max((it for ss in measures.values() for i in members for it in ss[i]), default=0)
+    last = max(
+        (it for ss in measures.values() for i in _members(groups) for it in ss[i]), default=0
+    )
     if last < 1:
         return ""
     width = width if width >= 1 else last
@@ -203,14 +215,7 @@ def reasoning_table(
         for name, by_trial in measures.items():
             if not any(by_trial[i] for i in group):
                 continue  # not logged by this setting's trials
-            cells = [label, name]
-            for lo, hi in spans:
-                blocks = []
-                for i in group:
-                    span = [v for k, v in by_trial[i].items() if lo < k <= hi]
-                    if span:
-                        blocks.append(float(np.mean(span)))
-                cells.append(_stat(blocks, len(group)))
+            cells = [label, name] + [_span_stat(by_trial, group, lo, hi) for lo, hi in spans]
             lines.append("| " + " | ".join(cells) + " |")
     note = (
         "mean +- sample std over the trials of a setting of each trial's mean over the "
@@ -237,8 +242,8 @@ def plot_seeds(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    members = [i for group in groups.values() for i in group]
-    logged = {k: v for k, v in (measures or {}).items() if any(v[i] for i in members)}
+    grouped = _members(groups)
+    logged = {k: v for k, v in (measures or {}).items() if any(v[i] for i in grouped)}
     # (title, each trial's series, smoothing window in iterations; 0: drawn as logged).
     # The reasoning measures move within a few iterations: a shorter window.
     panels = [("training success", trains, window), ("evaluation success", evals, 0)]
