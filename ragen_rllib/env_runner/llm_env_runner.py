@@ -32,6 +32,7 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ragen_rllib.agents.programs import AgentRollouts
 from ragen_rllib.chat.prompts import ChatFormat, PromptFormat
 from ragen_rllib.console import quiet
+from ragen_rllib.distributed.host_memory import trim_host_heap
 from ragen_rllib.distributed.wire import from_wire, is_wire
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.engines.factory import make_engine
@@ -138,6 +139,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         labels = [g for g in groups for _ in range(cfg.group_size)]
         params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
         trajs = self.run_episodes(seeds, labels, params, int(sample_seed), reset_options)
+        trim_host_heap()  # the batch's keys and values, freed (distributed/host_memory.py)
         self.num_env_steps_sampled_lifetime += sum(len(t) for t in trajs)
         self.num_groups_sampled += len(group_seeds)
         self.metrics.log_value("num_groups_sampled_lifetime", self.num_groups_sampled, window=1)
@@ -170,6 +172,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         trajs = self.run_episodes(
             seeds, states, params, first_seed, log_metrics=False, env=env, split="eval"
         )
+        trim_host_heap()
         return evaluation_metrics(trajs, tuple(pass_k)), trajs
 
     def release_engine(self) -> str:

@@ -21,6 +21,7 @@ from ray.rllib.core import ALL_MODULES
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_MODULE_STEPS_TRAINED, NUM_MODULE_STEPS_TRAINED_LIFETIME
 
+from ragen_rllib.distributed.host_memory import trim_host_heap
 from ragen_rllib.maths.batching import minibatch_plan, num_minibatches
 
 
@@ -94,7 +95,9 @@ class TrajectoryMinibatchesMixin:
             "num_minibatches": minibatches_per_epoch,
             "seed": plan_seed,
         }
-        return super().update(*args, num_epochs=1, minibatch_size=None, **kwargs)
+        results = super().update(*args, num_epochs=1, minibatch_size=None, **kwargs)
+        trim_host_heap()  # the minibatches' activations, freed (distributed/host_memory.py)
+        return results
 
     def _update(self, batch: dict[str, Any], **kwargs):
         """The update's optimizer steps (RLlib's hook for a learner's own update
