@@ -16,6 +16,7 @@ from ragen_envs.games import (
     KuhnPoker,
     TicTacToe,
     VersusEnv,
+    greedy_player,
     minimax_player,
     nash_policy,
     player_of,
@@ -63,6 +64,48 @@ def test_minimax_never_loses(seat):
     while game.payoffs() is None:
         game.play(minimax_player(game, rng))
     assert game.payoffs() == (0.0, 0.0)  # perfect play draws
+
+
+def test_greedy_wins_when_it_can_else_blocks():
+    rng = np.random.default_rng(0)
+    game = TicTacToe()
+    game.reset(rng)
+    for cell in ("1", "4", "2", "5"):  # X: 1 2, O: 4 5; X to move
+        game.play(cell)
+    assert {greedy_player(game, rng) for _ in range(20)} == {"3"}  # its own line first
+    game.play("7")  # X elsewhere; O to move, O can win at 6
+    assert {greedy_player(game, rng) for _ in range(20)} == {"6"}
+    block = TicTacToe()
+    block.reset(rng)
+    for cell in ("1", "5", "2"):  # X threatens 3; O has no line of its own
+        block.play(cell)
+    assert {greedy_player(block, rng) for _ in range(20)} == {"3"}
+
+
+def _results(first, second, games: int, seed: int) -> list[float]:
+    """The first player's payoffs over ``games`` games of ``first`` against ``second``."""
+    rng = np.random.default_rng(seed)
+    payoffs = []
+    for _ in range(games):
+        game = TicTacToe()
+        game.reset(rng)
+        while game.payoffs() is None:
+            player = first if game.to_move == 0 else second
+            game.play(player(game, rng))
+        payoffs.append(game.payoffs()[0])
+    return payoffs
+
+
+def test_greedy_lies_between_random_and_minimax():
+    # As O (the harder seat): it beats the random player far more often than a
+    # random player does, and never beats minimax.
+    as_o = [-p for p in _results(random_player, greedy_player, 400, 1)]
+    random_as_o = [-p for p in _results(random_player, random_player, 400, 1)]
+    assert as_o.count(1.0) > random_as_o.count(1.0) + 80
+    assert as_o.count(-1.0) < random_as_o.count(-1.0) / 2
+    against_minimax = _results(greedy_player, minimax_player, 200, 2)
+    assert max(against_minimax) <= 0.0
+    assert min(against_minimax) == -1.0  # minimax forks it
 
 
 def _value(strategies, game=None) -> float:
@@ -131,7 +174,7 @@ def test_kuhn_rules_and_payoffs():
 
 # ----- the env against a fixed opponent --------------------------------------------------
 def test_players_are_named_per_game():
-    with pytest.raises(ValueError, match=r"opponent must be one of \['minimax', 'random'\]"):
+    with pytest.raises(ValueError, match=r"opponent must be one of \['greedy', 'minimax', 'random'\]"):
         player_of(TicTacToe(), "nash")
     with pytest.raises(ValueError, match="seat must be one of"):
         VersusEnv(seat=2)

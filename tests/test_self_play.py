@@ -94,13 +94,13 @@ def test_evaluating_the_training_env_plays_both_seats_of_each_state(played):
 
 
 def test_evaluation_plays_the_fixed_opponents(played):
-    """A self-play run's evaluation suite (tictactoe: random, minimax) plays the
-    one-agent envs: the model's seat drawn per seed, the opponent inside the env."""
+    """A self-play run's evaluation suite (tictactoe: random, greedy, minimax) plays
+    the one-agent envs: the model's seat drawn per seed, the opponent inside the env."""
     from ragen_rllib.env_choice.eval_suites import resolve_suites
 
     runner, _, _ = played
-    [random, minimax] = resolve_suites(runner.config, ["tictactoe"])["tictactoe"]
-    assert (random.name, minimax.name) == ("random", "minimax")
+    [random, greedy, minimax] = resolve_suites(runner.config, ["tictactoe"])["tictactoe"]
+    assert (random.name, greedy.name, minimax.name) == ("random", "greedy", "minimax")
     params = SamplingParams(1.0, 1.0, 12)
     trajs = runner.run_episodes(list(range(8)), list(range(8)), params, 0, env=minimax)
     seats = {t.turn_infos[0]["seat"] for t in trajs if t.turn_infos}

@@ -4,6 +4,7 @@ one-agent env that plays a game against a fixed opponent."""
 from .negotiation import SimpleNegotiation
 from .players import (
     PLAYERS,
+    greedy_player,
     minimax_player,
     nash_player,
     nash_policy,
@@ -16,6 +17,6 @@ from .versus import GAMES, INVALID_MOVES, VersusEnv
 
 __all__ = [
     "GAMES", "INVALID_MOVES", "PLAYERS", "Game", "KuhnPoker", "SimpleNegotiation",
-    "TicTacToe", "VersusEnv", "minimax_player", "nash_player", "nash_policy", "player_of",
+    "TicTacToe", "VersusEnv", "greedy_player", "minimax_player", "nash_player", "nash_policy", "player_of",
     "random_player", "trader_player",
 ]  # fmt: skip

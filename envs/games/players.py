@@ -6,6 +6,9 @@ A player is a function ``(game, rng) -> action`` that picks one of
 - ``random``: uniform over the legal actions (every game);
 - ``minimax`` (TicTacToe): perfect play by exhaustive search, a draw at worst,
   choosing among the best cells at random;
+- ``greedy`` (TicTacToe): one move deep, between the two: completes a line of
+  its own when it can, else blocks one of the opponent's, else plays at random
+  (:func:`greedy_player`; it loses to a fork);
 - ``nash`` (Kuhn Poker): an equilibrium strategy (:func:`nash_policy`; the
   family with parameter ``alpha`` in [0, 1/3], here 1/6). Against it no strategy of the first player
   averages more than -1/18 a hand, none of the second more than +1/18.
@@ -22,7 +25,7 @@ from functools import cache
 import numpy as np
 
 from .negotiation import BASE_VALUES, GOODS, SimpleNegotiation, offer_name
-from .rules import KuhnPoker, TicTacToe
+from .rules import LINES, KuhnPoker, TicTacToe
 
 Player = Callable[[object, np.random.Generator], str]
 
@@ -55,6 +58,26 @@ def minimax_player(game: TicTacToe, rng: np.random.Generator) -> str:
     }
     best = max(scores.values())
     choices = [a for a, v in scores.items() if v == best]
+    return choices[int(rng.integers(len(choices)))]
+
+
+def _completing(board: list[str], mark: str, free: tuple[str, ...]) -> list[str]:
+    """The free cells (as actions) that would complete a line of ``mark``."""
+    cells = []
+    for action in free:
+        i = int(action) - 1
+        if any(i in line and sum(board[j] == mark for j in line) == 2 for line in LINES):
+            cells.append(action)
+    return cells
+
+
+def greedy_player(game: TicTacToe, rng: np.random.Generator) -> str:
+    """A winning cell if there is one, else a cell that blocks the opponent's
+    winning cell, else a uniform free cell (ties broken at random)."""
+    free, mark = game.legal(), game.roles[game.to_move]
+    other = "O" if mark == "X" else "X"
+    choices = _completing(game.board, mark, free) or _completing(game.board, other, free)
+    choices = choices or list(free)
     return choices[int(rng.integers(len(choices)))]
 
 
@@ -125,7 +148,7 @@ def trader_player(game: SimpleNegotiation, rng: np.random.Generator) -> str:
 
 #: game class -> the reference players it can be played against
 PLAYERS: dict[type, dict[str, Player]] = {
-    TicTacToe: {"random": random_player, "minimax": minimax_player},
+    TicTacToe: {"random": random_player, "greedy": greedy_player, "minimax": minimax_player},
     KuhnPoker: {"random": random_player, "nash": nash_player},
     SimpleNegotiation: {"random": random_player, "trader": trader_player},
 }

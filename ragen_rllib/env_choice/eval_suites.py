@@ -54,6 +54,7 @@ BUILTIN_SUITES: dict[str, tuple[tuple[str, str, dict[str, Any]], ...]] = {
     # Two-player games: the fixed opponents a self-play run is measured against.
     "tictactoe": (
         ("random", "ragen/TicTacToe-v0", {}),
+        ("greedy", "ragen/TicTacToe-v0", {"opponent": "greedy"}),  # wins, else blocks
         ("minimax", "ragen/TicTacToeMinimax-v0", {}),
     ),
     "kuhn_poker": (
