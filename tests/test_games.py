@@ -174,7 +174,8 @@ def test_kuhn_rules_and_payoffs():
 
 # ----- the env against a fixed opponent --------------------------------------------------
 def test_players_are_named_per_game():
-    with pytest.raises(ValueError, match=r"opponent must be one of \['greedy', 'minimax', 'random'\]"):
+    names = r"\['greedy', 'minimax', 'random'\]"
+    with pytest.raises(ValueError, match=f"opponent must be one of {names}"):
         player_of(TicTacToe(), "nash")
     with pytest.raises(ValueError, match="seat must be one of"):
         VersusEnv(seat=2)

@@ -60,4 +60,3 @@ def test_turned_off_by_the_environment_variable():
     before, after, returned = _run(RAGEN_RLLIB_TRIM_HEAP="0")
     assert abs(before - after) < 5, (before, after)
     assert returned == "False"
-

@@ -17,6 +17,6 @@ from .versus import GAMES, INVALID_MOVES, VersusEnv
 
 __all__ = [
     "GAMES", "INVALID_MOVES", "PLAYERS", "Game", "KuhnPoker", "SimpleNegotiation",
-    "TicTacToe", "VersusEnv", "greedy_player", "minimax_player", "nash_player", "nash_policy", "player_of",
-    "random_player", "trader_player",
+    "TicTacToe", "VersusEnv", "greedy_player", "minimax_player", "nash_player", "nash_policy",
+    "player_of", "random_player", "trader_player",
 ]  # fmt: skip
