@@ -2,14 +2,17 @@
 
 A process that generates and trains on CPU frees gigabytes every iteration
 (the keys and values of a batch's decoding, a minibatch's activations and
-logits), of sizes that differ from one batch to the next. glibc keeps such
-freed blocks in its heaps for reuse, and with varying sizes they fragment: the
-resident memory of a run climbs for many iterations although what is alive
-stays the same (measured on the TicTacToe self-play example with SmolLM2 on
-CPU: about 3 GB alive, 7.8 GB resident after four iterations, 13.9 GB after
-thirty). :func:`trim_host_heap` asks glibc to return its free memory
-(``malloc_trim``), which the runners call after each batch and the learners
-after each update. Where the C library is not glibc it does nothing, and
+logits), of sizes that differ from one batch to the next. The engine and the
+learner ask glibc to keep freed blocks of up to 1 GiB for reuse
+(``models/runtime.py``'s ``keep_freed_memory``: reuse saves the page faults
+within a pass), which also means glibc never hands any back by itself. Across
+iterations the kept blocks fragment and pile up: the resident memory of a run
+climbs for many iterations although what is alive stays the same (measured on
+the TicTacToe self-play example with SmolLM2 on CPU: 3.0 GB after a trim,
+7.8 GB without one, after four iterations). :func:`trim_host_heap` asks glibc
+to return its free memory (``malloc_trim``) once a batch or an update is done,
+so each pass still reuses its own blocks; the runners call it after each batch
+and the learners after each update. Where the C library is not glibc it does nothing, and
 ``RAGEN_RLLIB_TRIM_HEAP=0`` in a process's environment turns it off there (an
 allocator of your own preloaded, or the baseline of ``bench/bench_host_memory.py``).
 

@@ -15,7 +15,9 @@ The engine and the learner call these before they run a model:
   (an LM-head chunk's [positions, vocabulary] logits, a tied embedding's
   gradient) pays its page faults and the kernel's zeroing every time: on 2
   cores a [300, 49152] float32 pass ran at under 1 GB/s. Raising malloc's
-  mmap and trim thresholds keeps freed blocks in the process for reuse.
+  mmap and trim thresholds keeps freed blocks in the process for reuse; the
+  runners and learners hand them back once per batch and update
+  (``distributed/host_memory.py``), so they do not pile up across iterations.
 - :func:`native_bfloat16`: whether this machine computes bfloat16 natively
   (a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX); a CPU
   without either emulates it, several times slower than float32.

@@ -50,6 +50,7 @@ from ragen_rllib.algorithms.starpo.run_metrics import LIFETIME_COUNTERS, RunMetr
 from ragen_rllib.algorithms.starpo.run_state import CheckpointStateMixin
 from ragen_rllib.algorithms.starpo.sampling import SampleRequest, SamplingMixin
 from ragen_rllib.connectors.sample_batch import build_sample_pipeline
+from ragen_rllib.distributed.host_memory import trim_host_heap
 from ragen_rllib.env_choice.env_loading import import_env_modules
 from ragen_rllib.env_choice.env_mix import format_of, mix_entries
 from ragen_rllib.env_runner.curriculum import parse_curriculum
@@ -80,6 +81,7 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         # The format warm-up (format_warmup_steps) trains here, once, before the learner
         # and the runner actors load the model; they find it in the cache.
         model_path(config)
+        trim_host_heap()  # the warm-up's optimizer state and activations, freed
         super().setup(config)
         self._buffer = FreshnessBuffer(self.config.online_k, self.config.max_policy_lag)
         self._sample_stage = build_sample_pipeline(self.config)
