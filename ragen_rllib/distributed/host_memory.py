@@ -11,10 +11,11 @@ climbs for many iterations although what is alive stays the same (measured on
 the TicTacToe self-play example with SmolLM2 on CPU: 3.0 GB after a trim,
 7.8 GB without one, after four iterations). :func:`trim_host_heap` asks glibc
 to return its free memory (``malloc_trim``) once a batch or an update is done,
-so each pass still reuses its own blocks; the runners call it after each batch
-and the learners after each update. Where the C library is not glibc it does nothing, and
-``RAGEN_RLLIB_TRIM_HEAP=0`` in a process's environment turns it off there (an
-allocator of your own preloaded, or the baseline of ``bench/bench_host_memory.py``).
+so each pass still reuses its own blocks: the runners call it after each batch,
+the learners after each update, and the algorithm after the format warm-up.
+Where the C library is not glibc it does nothing, and ``RAGEN_RLLIB_TRIM_HEAP=0``
+in a process's environment turns it off there (an allocator of your own
+preloaded, or the baseline of ``bench/bench_host_memory.py``).
 
 Imports nothing of the project.
 """
