@@ -1,6 +1,7 @@
 """The two-player games: their rules, the reference players (minimax never loses,
-Kuhn Poker's Nash strategy is an equilibrium of value -1/18), and the one-agent env
-that plays them against a fixed opponent (seats, invalid moves, rewards)."""
+the greedy player lies between random and minimax, Kuhn Poker's Nash strategy is
+an equilibrium of value -1/18), and the one-agent env that plays them against a
+fixed opponent (seats, invalid moves, rewards)."""
 
 from __future__ import annotations
 

@@ -106,6 +106,22 @@ def test_evaluation_plays_the_fixed_opponents(played):
     seats = {t.turn_infos[0]["seat"] for t in trajs if t.turn_infos}
     assert seats == {0, 1}
     assert not any(t.success for t in trajs)  # minimax never loses
+    trajs = runner.run_episodes(list(range(8)), list(range(8)), params, 0, env=greedy)
+    assert len(trajs) == 8 and all(t.end_reason != "env_error" for t in trajs)
+
+
+def test_the_runner_hands_freed_memory_back_after_each_batch(played, monkeypatch):
+    """After a training batch and after an evaluation the runner trims the C heap
+    (distributed/host_memory.py): what the batch freed does not pile up."""
+    from ragen_rllib.env_runner import llm_env_runner
+
+    runner, _, _ = played
+    trims = []
+    monkeypatch.setattr(llm_env_runner, "trim_host_heap", lambda: trims.append(1) or True)
+    runner.sample_groups([3], [0], sample_seed=0)
+    assert len(trims) == 1
+    runner.evaluate(num_states=2, first_seed=0, temperature=1.0)
+    assert len(trims) == 2
 
 
 def test_the_config_refuses_what_self_play_cannot_do():

@@ -49,8 +49,8 @@ class VersusEnv(TextEnv):
 
     Args:
         game: one of :data:`GAMES`.
-        opponent: a reference player of that game (``random``; ``minimax`` for
-            TicTacToe, ``nash`` for Kuhn Poker, ``trader`` for Simple Negotiation),
+        opponent: a reference player of that game (``random``; ``greedy`` or
+            ``minimax`` for TicTacToe, ``nash`` for Kuhn Poker, ``trader`` for Simple Negotiation),
             or ``self``: the other seat is
             another env, joined to this one's game (self-play; the runner pairs
             them).

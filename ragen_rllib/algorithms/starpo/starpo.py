@@ -25,6 +25,7 @@ the algorithm class.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -81,7 +82,8 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         # The format warm-up (format_warmup_steps) trains here, once, before the learner
         # and the runner actors load the model; they find it in the cache.
         model_path(config)
-        trim_host_heap()  # the warm-up's optimizer state and activations, freed
+        gc.collect()  # the warm-up's model and optimizer, should a cycle hold them
+        trim_host_heap()  # then what they held goes back
         super().setup(config)
         self._buffer = FreshnessBuffer(self.config.online_k, self.config.max_policy_lag)
         self._sample_stage = build_sample_pipeline(self.config)
