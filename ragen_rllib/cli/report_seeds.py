@@ -201,9 +201,8 @@ def reasoning_table(
     mean +- std over the setting's trials. Runs cut at different lengths share the
     spans. ``measures`` holds {name: each trial's series}; "" when no grouped trial
     logged any of them."""
-    last = max(
-        (it for ss in measures.values() for i in _members(groups) for it in ss[i]), default=0
-    )
+    members = _members(groups)
+    last = max((it for ss in measures.values() for i in members for it in ss[i]), default=0)
     if last < 1:
         return ""
     width = width if width >= 1 else last
