@@ -244,3 +244,30 @@ class ChatFormat:
         if ended_with_eos and self.after_eos is not None:
             return self._encode(self.after_eos)
         return self._encode(self.assistant_suffix)
+
+
+#: The tag that closes an answer's reasoning.
+THINK_END = "</think>"
+
+
+def reasoning_length(tokenizer: Any, prefill: str, ids: list[int]) -> int:
+    """How many of an answer's generated ``ids`` belong to its reasoning: the fewest
+    whose text (after ``prefill``) holds ``</think>``, the tokens that close it
+    included; 0 when the answer never closes its reasoning. Found on the decoded
+    text, so it holds whatever the tokenizer makes of the tag (one token or several)."""
+    if THINK_END in prefill:
+        return 0
+
+    def closed(k: int) -> bool:
+        return THINK_END in prefill + tokenizer.decode(ids[:k], skip_special_tokens=True)
+
+    if not ids or not closed(len(ids)):
+        return 0
+    low, high = 1, len(ids)  # closed(high) holds; find the least such k
+    while low < high:
+        mid = (low + high) // 2
+        if closed(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low

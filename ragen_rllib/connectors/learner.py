@@ -14,9 +14,10 @@ batch (RLlib's ``episodes`` argument: here always
    the critic-free estimators, from the per-turn advantages the sample-batch
    stage computed on whole groups (:mod:`ragen_rllib.maths.estimators` says why
    two stages);
-4. with ``overlong: mask``, the answers cut by ``max_new_tokens`` leave the
-   loss (their response mask becomes 0 after the advantages are computed, so the
-   estimators still see every turn);
+4. :class:`MaskLoss` takes tokens out of the loss after the advantages are
+   computed (so the estimators still see every turn): with ``overlong: mask``
+   the answers cut by ``max_new_tokens``, with ``loss_tokens: answer`` every
+   answer's reasoning;
 5. :class:`ToTensors` moves the columns onto the learner's device.
 """
 
@@ -57,8 +58,10 @@ class TrajectoriesToBatch(ConnectorV2):
     tokens), ``behaviour_logp``, ``row_trajectory`` (the row's trajectory, so that
     the minibatches keep a trajectory's rows together), ``token_lag`` (policy
     versions between each token's sampling weights and the learner's; read by
-    :class:`RecomputeLogProbs` or the learner) and ``cut_mask`` (1 on the tokens of
-    answers cut by ``max_new_tokens``; removed by :class:`MaskOverlong`).
+    :class:`RecomputeLogProbs` or the learner), ``cut_mask`` (1 on the tokens of
+    answers cut by ``max_new_tokens``) and ``reasoning_mask`` (1 on each answer's
+    reasoning tokens, where the runner counted them); :class:`MaskLoss` removes
+    both.
     Per-trajectory columns for the advantage estimators: ``stream_index``  # [B, L],
     the flat [R * T] position of each of the trajectory's generated tokens in order
     (its "response stream", -1 as padding),
@@ -82,6 +85,7 @@ class TrajectoriesToBatch(ConnectorV2):
             "row_trajectory": np.array([b for b, _ in segments], np.int64),
             "token_lag": np.zeros((rows, width), np.int64),
             "cut_mask": np.zeros((rows, width), np.float32),
+            "reasoning_mask": np.zeros((rows, width), np.float32),
             "stream_index": np.full((n, stream), -1, np.int64),
             "turn_end_index": np.full((n, turns), -1, np.int64),
             "stream_turn": np.full((n, stream), -1, np.int64),
@@ -104,6 +108,9 @@ class TrajectoriesToBatch(ConnectorV2):
             for k, (seg, start, end) in enumerate(t.turn_spans):
                 if k < len(t.turn_cut) and t.turn_cut[k]:
                     cols["cut_mask"][first_row + seg, start:end] = 1
+                if k < len(t.turn_reasoning_tokens):
+                    think = min(t.turn_reasoning_tokens[k], end - start)
+                    cols["reasoning_mask"][first_row + seg, start : start + think] = 1
                 flat = (first_row + seg) * width  # the row's first token, flattened
                 span = np.arange(flat + start, flat + end)
                 cols["stream_index"][b, pos : pos + len(span)] = span
@@ -253,21 +260,26 @@ def _by_microbatches(module, rows: dict[str, torch.Tensor], device, max_tokens, 
     return out
 
 
-class MaskOverlong(ConnectorV2):
-    """``overlong: mask``: the answers cut by ``max_new_tokens`` leave the loss. Runs
-    after the advantages, so the estimators and the critic's targets still see
-    every turn; only the loss (and its token counts) skip the cut answers. Without
-    it the ``cut_mask`` column is just removed."""
+class MaskLoss(ConnectorV2):
+    """Tokens that leave the loss: with ``overlong: mask`` the answers cut by
+    ``max_new_tokens``, with ``loss_tokens: answer`` each answer's reasoning (its
+    tokens up to and including ``</think>``). Runs after the advantages, so the
+    estimators and the critic's targets still see every turn; only the loss (and its
+    token counts, the KL and entropy terms included) skip these tokens. The
+    ``cut_mask`` and ``reasoning_mask`` columns are removed either way."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.active = config.overlong == "mask"
+        self.cut = config.overlong == "mask"
+        self.reasoning = config.loss_tokens == "answer"
 
     def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
         cols = batch[DEFAULT_MODULE_ID]
-        cut = cols.pop("cut_mask")
-        if self.active:
+        cut, reasoning = cols.pop("cut_mask"), cols.pop("reasoning_mask")
+        if self.cut:
             cols["response_mask"] = cols["response_mask"] * (1.0 - cut)
+        if self.reasoning:
+            cols["response_mask"] = cols["response_mask"] * (1.0 - reasoning)
         return batch
 
 
@@ -289,7 +301,7 @@ def build_learner_pipeline(config, device=None) -> ConnectorPipelineV2:
         TrajectoriesToBatch(),
         RecomputeLogProbs(config),
         ComputeAdvantages(config),
-        MaskOverlong(config),
+        MaskLoss(config),
         ToTensors(device),
     ]
     return ConnectorPipelineV2(connectors=pieces)

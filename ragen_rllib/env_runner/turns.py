@@ -14,7 +14,7 @@ import functools
 import logging
 from typing import Any
 
-from ragen_rllib.chat.prompts import render_turn, with_instructions
+from ragen_rllib.chat.prompts import reasoning_length, render_turn, with_instructions
 from ragen_rllib.env_choice.env_loading import actions_left_of, success_of
 from ragen_rllib.env_runner.rollout_state import Rollout, WholeHistory, Window, check_observation
 
@@ -68,7 +68,12 @@ class Turns:
         roll.context.answer_begins()
         version, cut = engine.policy_version, not gen.ended_with_eos
         traj.append_generation(gen.ids, gen.behaviour_logp, version, cut)
-        text = roll.chat.prefill + self.runner.tokenizer.decode(gen.ids, skip_special_tokens=True)
+        tokenizer = self.runner.tokenizer
+        if self.runner.config.loss_tokens == "answer":
+            traj.turn_reasoning_tokens.append(
+                reasoning_length(tokenizer, roll.chat.prefill, gen.ids)
+            )
+        text = roll.chat.prefill + tokenizer.decode(gen.ids, skip_special_tokens=True)
         traj.answers.append(text)
         try:
             obs, reward, term, trunc, info = roll.env.step(text)

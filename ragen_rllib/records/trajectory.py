@@ -98,6 +98,9 @@ class Trajectory(_FillsNewFields):
     turn_infos: list[dict[str, Any]] = field(default_factory=list)
     #: per turn: the answer was cut by max_new_tokens (it ended without eos)
     turn_cut: list[bool] = field(default_factory=list)
+    #: per turn, with ``loss_tokens: answer``: how many of its generated tokens are its
+    #: reasoning (up to and including ``</think>``; 0: it never closed it); empty otherwise
+    turn_reasoning_tokens: list[int] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)  # each: the prefill + the decoded text
     prefill: str = ""  # the text the runner placed before every generation
     done: bool = False

@@ -164,6 +164,12 @@ def check_values(config) -> None:
             f"must be <= max_new_tokens={config.max_new_tokens}: the penalty grows over "
             "the last overlong_buffer tokens before that limit",
         )
+    if config.loss_tokens == "answer" and config.agent is not None:
+        raise bad(
+            "loss_tokens",
+            "'answer' needs the env's <think> ... </think> format; an agent program's "
+            "answers are its own: use 'all'",
+        )
     if config.learner_strategy == "fsdp":
         if config.lora_rank:
             raise bad(

@@ -90,6 +90,14 @@ ADVANTAGES = knobs(
     ),
     K("overlong_penalty", 1.0, NONNEG, "overlong penalty: its size at max_new_tokens"),
     K(
+        "loss_tokens",
+        "all",
+        choice(("all", "answer")),
+        "the generated tokens the loss trains: all; answer (the reasoning, up to and "
+        "including </think>, leaves the loss; an answer without </think> stays whole)",
+        cross=True,
+    ),
+    K(
         "whiten_advantages",
         True,
         boolean(),
