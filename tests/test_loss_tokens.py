@@ -85,7 +85,7 @@ def _trajectory(reasoning: list[int]) -> Trajectory:
 @pytest.mark.parametrize("loss_tokens", ["all", "answer"])
 def test_the_reasoning_leaves_the_loss_and_keeps_its_advantage(loss_tokens):
     config = tiny_config(loss_tokens=loss_tokens)
-    t = _trajectory([3, 0, 9])  # a count past the answer's end is cut to the answer
+    t = _trajectory([3, 0, 5])  # reasoning, none closed, all reasoning (cut at </think>)
     cols = build_learner_pipeline(config)(rl_module={}, batch={}, episodes=[t])["default_policy"]
     mask = cols["response_mask"][0].tolist()
     answers = [slice(3, 8), slice(10, 15), slice(17, 22)]
@@ -98,9 +98,37 @@ def test_the_reasoning_leaves_the_loss_and_keeps_its_advantage(loss_tokens):
     assert "reasoning_mask" not in cols and "cut_mask" not in cols
 
 
-def test_an_agent_program_cannot_take_the_reasoning_out():
-    with pytest.raises(ValueError, match="loss_tokens"):
-        tiny_config(loss_tokens="answer", agent="json:loads").check_values()
+def test_counts_out_of_step_with_the_turns_are_an_error():
+    t = _trajectory([3, 6])  # 6 reasoning tokens in an answer of 5
+    with pytest.raises(ValueError, match="turn 1 counts 6 reasoning tokens in an answer of 5"):
+        build_learner_pipeline(tiny_config(loss_tokens="answer"))(
+            rl_module={}, batch={}, episodes=[t]
+        )
+
+
+@pytest.mark.parametrize(
+    "over, says",
+    [
+        ({"agent": "json:loads"}, "an agent program's answers are its own"),
+        ({"advantage_estimator": "gae"}, "the value loss would skip them"),
+        ({"advantage_estimator": "bilevel_gae"}, "use a critic-free estimator"),
+    ],
+)
+def test_settings_it_cannot_work_with_are_refused(over, says):
+    with pytest.raises(ValueError, match=f"config loss_tokens='answer' is invalid: .*{says}"):
+        tiny_config(loss_tokens="answer", **over).check_values()
+    tiny_config(loss_tokens="all", **{k: v for k, v in over.items() if k != "agent"}).check_values()
+
+
+def test_the_batch_metrics_say_how_much_of_the_answers_is_trained():
+    from ragen_rllib.env_runner.metrics import rollout_metrics
+
+    a, b = _trajectory([3, 0]), _trajectory([5])
+    out = rollout_metrics([a, b])
+    assert out["loss_tokens/reasoning_closed_share"] == pytest.approx(2 / 3)
+    assert out["loss_tokens/answer_token_share"] == pytest.approx(1 - 8 / 15)
+    a.turn_reasoning_tokens, b.turn_reasoning_tokens = [], []  # loss_tokens: all
+    assert not any(k.startswith("loss_tokens/") for k in rollout_metrics([a, b]))
 
 
 def test_the_runner_counts_each_turns_reasoning_on_the_shipped_model():

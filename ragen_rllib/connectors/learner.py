@@ -109,7 +109,12 @@ class TrajectoriesToBatch(ConnectorV2):
                 if k < len(t.turn_cut) and t.turn_cut[k]:
                     cols["cut_mask"][first_row + seg, start:end] = 1
                 if k < len(t.turn_reasoning_tokens):
-                    think = min(t.turn_reasoning_tokens[k], end - start)
+                    think = t.turn_reasoning_tokens[k]
+                    if not 0 <= think <= end - start:
+                        raise ValueError(
+                            f"turn {k} counts {think} reasoning tokens in an answer of "
+                            f"{end - start}: the counts and the turns are out of step"
+                        )
                     cols["reasoning_mask"][first_row + seg, start : start + think] = 1
                 flat = (first_row + seg) * width  # the row's first token, flattened
                 span = np.arange(flat + start, flat + end)
@@ -264,9 +269,11 @@ class MaskLoss(ConnectorV2):
     """Tokens that leave the loss: with ``overlong: mask`` the answers cut by
     ``max_new_tokens``, with ``loss_tokens: answer`` each answer's reasoning (its
     tokens up to and including ``</think>``). Runs after the advantages, so the
-    estimators and the critic's targets still see every turn; only the loss (and its
-    token counts, the KL and entropy terms included) skip these tokens. The
-    ``cut_mask`` and ``reasoning_mask`` columns are removed either way."""
+    estimators see every turn; only the loss (and its token counts, the KL and
+    entropy terms included) skip these tokens. With a critic the value loss skips
+    them too (so ``loss_tokens: answer`` is refused with one: the values its GAE
+    reads on the reasoning would never be fitted). The ``cut_mask`` and
+    ``reasoning_mask`` columns are removed either way."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)

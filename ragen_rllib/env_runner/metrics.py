@@ -48,6 +48,17 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "response_length_mean": float(np.mean(turn_lengths)) if turn_lengths else 0.0,
         "trajectory_tokens_mean": float(np.mean([t.num_tokens for t in trajs])),
     }
+    counts = [  # loss_tokens: answer (its reasoning's tokens, its answer's) per turn
+        (n, e - s)
+        for t in trajs
+        if t.turn_reasoning_tokens
+        for n, (_, s, e) in zip(t.turn_reasoning_tokens, t.turn_spans, strict=True)
+    ]
+    if counts:
+        out["loss_tokens/reasoning_closed_share"] = float(np.mean([n > 0 for n, _ in counts]))
+        out["loss_tokens/answer_token_share"] = 1.0 - sum(n for n, _ in counts) / max(
+            sum(length for _, length in counts), 1
+        )
     for key in ENV_INFO_KEYS:
         values = [float(i[key]) for i in infos if key in i]
         if values:

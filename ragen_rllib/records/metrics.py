@@ -43,8 +43,10 @@ class Metric:
 _LEARNER_ROWS = (
     # name, definition, unit, over micro-batches, over learners
     ("policy_loss", "the policy loss of the update's minibatch (the policy_loss row)", ""),
-    ("entropy", "token-mean entropy of the policy on the response tokens", "nats"),
-    ("response_tokens", "response tokens of the minibatch, all learners together", "tokens"),
+    ("entropy", "token-mean entropy of the policy on the response tokens in the loss "
+     "(with loss_tokens answer: after the reasoning)", "nats"),
+    ("response_tokens", "response tokens in the loss of the minibatch, all learners "
+     "together", "tokens"),
     ("clip_frac", "share of response tokens where the clip (or CISPO's cap) acted", ""),
     ("clip_frac_high", "clip_frac's part with a positive advantage", ""),
     ("clip_frac_low", "clip_frac's part with a negative advantage", ""),
@@ -129,6 +131,10 @@ _TRAJECTORY_ROWS = (
     ("num_turns_mean", "mean turns per trajectory", "turns"),
     ("response_length_mean", "mean tokens of one turn's response", "tokens"),
     ("trajectory_tokens_mean", "mean tokens of a trajectory, prompts included", "tokens"),
+    ("loss_tokens/reasoning_closed_share", "loss_tokens answer: share of turns whose "
+     "answer closed its reasoning (the others stay whole in the loss)", ""),
+    ("loss_tokens/answer_token_share", "loss_tokens answer: share of the generated tokens "
+     "after the reasoning (the ones the loss trains)", ""),
     ("env/*", "mean over turns of the env's info key (action_is_valid, "
      "action_is_effective, format_ok, num_actions)", ""),
     ("end/*", "share of trajectories that ended so (terminated, max_turns, truncated, "

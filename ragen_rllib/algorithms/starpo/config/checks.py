@@ -170,6 +170,14 @@ def check_values(config) -> None:
             "'answer' needs the env's <think> ... </think> format; an agent program's "
             "answers are its own: use 'all'",
         )
+    if config.loss_tokens == "answer" and ESTIMATORS[config.advantage_estimator].needs_critic:
+        raise bad(
+            "loss_tokens",
+            f"'answer' with advantage_estimator {config.advantage_estimator!r}: the "
+            "critic's values on the reasoning tokens feed its advantages but the value "
+            "loss would skip them; use a critic-free estimator (grpo, rae, gigpo, ...) "
+            "or 'all'",
+        )
     if config.learner_strategy == "fsdp":
         if config.lora_rank:
             raise bad(
