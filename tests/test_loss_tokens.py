@@ -152,3 +152,31 @@ def test_the_runner_counts_each_turns_reasoning_on_the_shipped_model():
     total = sum(t.response_tokens for t in trajectories)
     reasoning = sum(sum(t.turn_reasoning_tokens) for t in trajectories)
     assert kept["default_policy"]["response_mask"].sum().item() == total - reasoning
+
+
+def test_each_seat_counts_its_own_turns_in_self_play():
+    """Self-play records each seat's turns in that seat's trajectory: its counts follow
+    its own answers."""
+    from ragen_rllib.engines.base import SamplingParams
+    from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+
+    config = tiny_config(
+        env="ragen/TicTacToe-v0", self_play=True, group_size=4, max_turns=8,
+        max_new_tokens=12, llm="builtin", minibatch_size=4, loss_tokens="answer",
+    )  # fmt: skip
+    runner = LLMEnvRunner(config=config, worker_index=0)
+    try:
+        trajectories = runner.run_episodes(
+            [5] * 4 + [6] * 4, [0] * 4 + [1] * 4, SamplingParams(1.0, 1.0, 12), sample_seed=0
+        )
+    finally:
+        runner.stop()
+    seats = {t.turn_infos[0].get("seat") for t in trajectories if t.turn_infos}
+    assert seats == {0, 1}
+    counted = 0
+    for t in trajectories:
+        assert len(t.turn_reasoning_tokens) == len(t.turn_spans) > 0
+        for k, n in enumerate(t.turn_reasoning_tokens):
+            _check_count(runner.tokenizer, t.prefill, t.turn_ids(k), n)
+            counted += n > 0
+    assert counted > 0
