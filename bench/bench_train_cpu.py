@@ -186,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     curve = open(args.curve, "w") if args.curve else None  # noqa: SIM115 - closed below
     sampler = PeakRSS()
     sampler.start()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    ray.init(num_cpus=os.cpu_count(), num_gpus=gpus, include_dashboard=False, log_to_driver=False)
     from ragen_rllib.models import warmup
 
     warmed = bool(config.format_warmup_steps)

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The checks a GPU machine is measured with, in one run, most important first:
-# bench/bench_gpu.py on the Qwen2.5-0.5B shape (random weights, bf16, learner and
+# given `GGUF=` (the SmolLM2-135M-Instruct file), the real model learning
+# FrozenLakeNoSlip and then SimpleSokoban on the GPU for a few minutes each
+# (bench/bench_train_cpu.py at the paper's batch, 8 groups of 16, evaluated on
+# 256 fixed states before and after; each run's figures, log, curve, report PNG
+# and result folder under OUT_DIR/NAME); then bench/bench_gpu.py on the Qwen2.5-0.5B shape (random weights, bf16, learner and
 # HF engine colocated, the engine released during each update) as shipped
 # (gradient checkpointing on), with LoRA, and with checkpointing off; then, when
 # the SmolLM2 GGUF file is given, the real model's Bandit example.
@@ -8,7 +12,7 @@
 #   bash bench/gpu_run.sh OUT_DIR          # a GPU machine
 #   bash bench/gpu_run.sh --cpu OUT_DIR    # the same runs at a tiny size on CPU (CI runs this)
 #
-# OUT_DIR gets four files: facts.txt (python, torch, the GPU), results.jsonl (one
+# OUT_DIR gets a folder per learning run and four files: facts.txt (python, torch, the GPU), results.jsonl (one
 # JSON object per run that ended, bench_gpu.py's figures plus its name), runs.log
 # (every run's output) and summary.txt (each run's exit status and time). A run
 # that fails or outlasts its limit is written down and the next one starts.
@@ -22,8 +26,14 @@
 #   RUN_TIMEOUT=S  one run's limit in seconds (default 300)
 #   DEADLINE=S     all runs' limit in seconds, counted from the script's start: a
 #                  run gets what is left of it when less than RUN_TIMEOUT (default: none)
-#   GGUF=FILE      SmolLM2-135M-Instruct's .gguf: adds the Bandit example's run
-#   ONLY=a,b       the runs to do (default: all): sokoban, lora, no-ckpt, bandit
+#   GGUF=FILE      SmolLM2-135M-Instruct's .gguf: adds the learning runs and the
+#                  Bandit example's run
+#   LEARN_MINUTES="M1 M2"  the learning runs' training minutes, FrozenLake's and
+#                  Sokoban's (default "4 2.5"; on CPU "0.5 0.5"), evaluations and
+#                  the format warm-up not counted
+#   LEARN_CONFIG=J JSON settings merged last into both learning runs'
+#   ONLY=a,b       the runs to do (default: all): learn-frozenlake, learn-sokoban,
+#                  sokoban, lora, no-ckpt, bandit
 set -uo pipefail
 
 DEVICE=cuda
@@ -40,7 +50,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 SITE=${SITE:-/tmp/ragen-site}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
-ONLY=${ONLY:-sokoban,lora,no-ckpt,bandit}
+ONLY=${ONLY:-learn-frozenlake,learn-sokoban,sokoban,lora,no-ckpt,bandit}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 : >"$OUT_DIR/results.jsonl"
@@ -181,6 +191,69 @@ run() {  # run NAME ARGS...: one bench_gpu.py run, its figures appended to resul
   echo "$name exit=$rc seconds=$((SECONDS - start))" | tee -a "$OUT_DIR/summary.txt"
 }
 
+learn() {  # learn NAME YAML MINUTES: the real model trains on the device, judged before and after
+  local name=$1 yaml=$2 minutes=$3
+  [[ ",$ONLY," == *",$name,"* ]] || return 0
+  local dir="$OUT_DIR/$name" start=$SECONDS rc logdir limit config
+  limit=$("$PYTHON" -c 'import sys; print(int(float(sys.argv[1]) * 60) + 240)' "$minutes")
+  if [[ -n "${DEADLINE:-}" ]] && ((DEADLINE - SECONDS < limit)); then
+    limit=$((DEADLINE - SECONDS))
+    if ((limit < 90)); then
+      echo "$name skipped: ${limit}s left of DEADLINE" | tee -a "$OUT_DIR/summary.txt"
+      failed=1
+      return 0
+    fi
+  fi
+  mkdir -p "$dir"
+  # The paper's batch (8 groups of 16) and 256 evaluation states, minibatches of
+  # 32 (4 updates an iteration); on a GPU the learner and the engine share it in
+  # this process. On CPU (the smoke check) a small batch.
+  config=$("$PYTHON" - "$GGUF" "$DEVICE" "${LEARN_CONFIG:-"{}"}" <<'EOF'
+import json
+import sys
+
+gguf, device, extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+cfg = {"llm": gguf, "env_groups": 8, "group_size": 16, "minibatch_size": 32,
+       "eval_num_states": 256}  # fmt: skip
+if device == "cuda":
+    cfg.update({"num_gpus_per_learner": 1, "rollout_device": "cuda",
+                "max_tokens_per_microbatch": 16384})  # fmt: skip
+else:
+    cfg.update({"env_groups": 2, "group_size": 2, "minibatch_size": 4, "eval_num_states": 4})
+print(json.dumps({**cfg, **extra}))
+EOF
+)
+  echo "=== $name: bench/bench_train_cpu.py $yaml --train-minutes $minutes --config $config" \
+    | tee -a "$OUT_DIR/runs.log"
+  timeout --kill-after=10 "$limit" "$PYTHON" "$ROOT/bench/bench_train_cpu.py" \
+    "$ROOT/tuned_examples/$yaml" --train-minutes "$minutes" --config "$config" \
+    --json "$dir/figures.json" --curve "$dir/curve.jsonl" >"$dir/run.log" 2>&1
+  rc=$?
+  # The run's folder (result.json, params.json, rollouts): its report and a copy.
+  logdir=$(sed -n 's/^result.json and rollouts in //p' "$dir/run.log" | head -n 1)
+  if [[ -n $logdir && -d $logdir ]]; then
+    "$PYTHON" -m ragen_rllib.cli report "$logdir" >>"$dir/run.log" 2>&1 \
+      && cp "$logdir/report/curves.png" "$dir/report.png"
+    tar -cJf "$dir/run.tar.xz" -C "$(dirname "$logdir")" "$(basename "$logdir")"
+  fi
+  if [[ $rc -eq 0 && -s $dir/figures.json ]]; then
+    "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["run"]=sys.argv[2]; print(json.dumps(d))' \
+      "$dir/figures.json" "$name" >>"$OUT_DIR/results.jsonl"
+    grep -E "eval success|^iter " "$dir/run.log" | tail -n 40
+  else
+    failed=1
+    echo "--- $name failed (exit $rc); the end of its output:"
+    tail -n 25 "$dir/run.log"
+  fi
+  echo "$name exit=$rc seconds=$((SECONDS - start))" | tee -a "$OUT_DIR/summary.txt"
+}
+
+if [[ -n "${GGUF:-}" ]]; then
+  if [[ $DEVICE == cuda ]]; then DEFAULT_MINUTES="4 2.5"; else DEFAULT_MINUTES="0.5 0.5"; fi
+  read -r -a MINUTES <<<"${LEARN_MINUTES:-$DEFAULT_MINUTES}"
+  learn learn-frozenlake frozenlake_noslip_smollm2_cpu.yaml "${MINUTES[0]}"
+  learn learn-sokoban sokoban_smollm2_cpu.yaml "${MINUTES[1]:-${MINUTES[0]}}"
+fi
 run sokoban "${BASE[@]}"
 run lora "${BASE[@]}" --config '{"lora_rank": 64}'
 run no-ckpt "${BASE[@]}" --config '{"gradient_checkpointing": false}'

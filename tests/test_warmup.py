@@ -121,3 +121,18 @@ def test_a_state_warm_up_thinks_the_envs_notes_with_random_moves_on_the_envs_bud
     assert set(moves) == {"Up", "Down", "Left", "Right"} and min(moves.values()) > 15
     with pytest.raises(ValueError, match=r"format_warmup_think='state'.*Bandit.*state_notes"):
         tiny_config(format_warmup_steps=1, format_warmup_think="state").check()
+
+
+def test_the_warm_up_trains_on_the_gpu_only_when_the_learner_runs_here_on_one(monkeypatch):
+    import torch
+
+    def cfg(**kw):
+        return tiny_config(format_warmup_steps=1, **kw)
+
+    assert warmup.warmup_device(cfg()) == "cpu"  # no GPU asked for
+    assert warmup.warmup_device(cfg(num_gpus_per_learner=1)) == "cpu"  # none visible here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert warmup.warmup_device(cfg(num_gpus_per_learner=1)) == "cuda"
+    assert warmup.warmup_device(cfg()) == "cpu"
+    # Remote learners hold the GPUs: the driver keeps off them.
+    assert warmup.warmup_device(cfg(num_learners=2, num_gpus_per_learner=1)) == "cpu"

@@ -177,6 +177,17 @@ def _show_progress() -> None:
     logger.propagate = False
 
 
+def warmup_device(config: Any) -> str:
+    """Where the warm-up trains: the GPU when the learner runs in this process on one
+    (``num_learners: 0`` with ``num_gpus_per_learner`` set, as on a single-GPU
+    machine) and this process sees it; else the CPU. A driver that only starts
+    remote learners keeps off their GPUs."""
+    import torch
+
+    local_gpu_learner = not config.num_learners and config.num_gpus_per_learner
+    return "cuda" if local_gpu_learner and torch.cuda.is_available() else "cpu"
+
+
 def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     """Train ``base`` for the run's warm-up steps and save it (with its tokenizer) to
     ``out``; returns the loss curve and timings."""
@@ -184,9 +195,10 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     keep_freed_memory()  # its large tensors are reused, not page-faulted anew
+    device = warmup_device(config)
     tokenizer = AutoTokenizer.from_pretrained(base)
     with no_progress_bars():
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device)
     model.train()
     torch.manual_seed(config.seed or 0)
     steps, batch = config.format_warmup_steps, config.format_warmup_batch
@@ -196,10 +208,12 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     losses = []
     start = time.perf_counter()
     logger.info(
-        "format warm-up of %s: %d steps of %d examples, once (minutes on a CPU; then cached)",
+        "format warm-up of %s: %d steps of %d examples on the %s, once (minutes on a CPU; "
+        "then cached)",
         base,
         steps,
         batch,
+        "GPU" if device == "cuda" else "CPU",
     )
     for step in range(steps):
         rows = examples[step * batch : (step + 1) * batch]
@@ -212,6 +226,7 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
             ids[r, : len(seq)] = torch.tensor(seq)
             labels[r, len(prompt) : len(seq)] = torch.tensor(answer)
             mask[r, : len(seq)] = 1
+        ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -224,6 +239,9 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     model.eval()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    if device == "cuda":
+        del model, optimizer
+        torch.cuda.empty_cache()
     return {
         "loss": [round(x, 4) for x in losses],
         "seconds": round(time.perf_counter() - start, 1),
