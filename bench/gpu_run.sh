@@ -4,8 +4,10 @@
 # FrozenLakeNoSlip and then SimpleSokoban on the GPU for a few minutes each
 # (bench/bench_train_cpu.py at the paper's batch, 8 groups of 16, evaluated on
 # 256 fixed states before and after; each run's figures, log, curve, report PNG
-# and result folder under OUT_DIR/NAME); then bench/bench_gpu.py on the Qwen2.5-0.5B shape (random weights, bf16, learner and
-# HF engine colocated, the engine released during each update) as shipped
+# and result folder under OUT_DIR/NAME); a decode step timed three ways
+# (bench/probe_decode_launch.py); then bench/bench_gpu.py on the Qwen2.5-0.5B
+# shape (random weights, bf16, learner and HF engine colocated, the engine
+# released during each update) as shipped
 # (gradient checkpointing on), with LoRA, and with checkpointing off; then, when
 # the SmolLM2 GGUF file is given, the real model's Bandit example.
 #
@@ -33,6 +35,7 @@
 #                  the format warm-up not counted
 #   LEARN_CONFIG=J JSON settings merged last into both learning runs'
 #   ONLY=a,b       the runs to do (default: all): learn-frozenlake, learn-sokoban,
+#                  decode (GPU only: bench/probe_decode_launch.py, into decode.jsonl),
 #                  sokoban, lora, no-ckpt, bandit
 set -uo pipefail
 
@@ -50,7 +53,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 SITE=${SITE:-/tmp/ragen-site}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
-ONLY=${ONLY:-learn-frozenlake,learn-sokoban,sokoban,lora,no-ckpt,bandit}
+ONLY=${ONLY:-learn-frozenlake,learn-sokoban,decode,sokoban,lora,no-ckpt,bandit}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 : >"$OUT_DIR/results.jsonl"
@@ -253,6 +256,21 @@ if [[ -n "${GGUF:-}" ]]; then
   read -r -a MINUTES <<<"${LEARN_MINUTES:-$DEFAULT_MINUTES}"
   learn learn-frozenlake frozenlake_noslip_smollm2_cpu.yaml "${MINUTES[0]}"
   learn learn-sokoban sokoban_smollm2_cpu.yaml "${MINUTES[1]:-${MINUTES[0]}}"
+fi
+if [[ $DEVICE == cuda && ",$ONLY," == *",decode,"* ]]; then
+  # A decode step three ways (growing cache, static cache, CUDA graph), per batch size.
+  start=$SECONDS limit=240
+  if [[ -n "${DEADLINE:-}" ]] && ((DEADLINE - SECONDS < limit)); then limit=$((DEADLINE - SECONDS)); fi
+  echo "=== decode: bench/probe_decode_launch.py --shape smollm2 qwen05b" | tee -a "$OUT_DIR/runs.log"
+  if ((limit >= 30)); then
+    timeout --kill-after=10 "$limit" "$PYTHON" "$ROOT/bench/probe_decode_launch.py" \
+      --shape smollm2 qwen05b --json "$OUT_DIR/decode.jsonl" >>"$OUT_DIR/runs.log" 2>&1
+    rc=$?
+  else
+    rc=skipped
+  fi
+  [[ $rc == 0 ]] && cat "$OUT_DIR/decode.jsonl" || failed=1
+  echo "decode exit=$rc seconds=$((SECONDS - start))" | tee -a "$OUT_DIR/summary.txt"
 fi
 run sokoban "${BASE[@]}"
 run lora "${BASE[@]}" --config '{"lora_rank": 64}'

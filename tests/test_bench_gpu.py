@@ -89,3 +89,22 @@ def test_the_update_flops_per_token():
     # The shipped Sokoban config: checkpointing and a critic; 7.53 GFLOP per token.
     shipped = flops(cfg(gradient_checkpointing=True, uses_critic=True), shape)
     assert round(shipped / 1e9, 2) == 7.53
+
+
+def test_the_decode_probe_decodes_the_same_tokens_with_a_static_cache_on_cpu(tmp_path):
+    """bench/probe_decode_launch.py's CPU path: the static cache's greedy tokens are the
+    dynamic cache's (float32, every row), and each row carries its timings."""
+    spec = importlib.util.spec_from_file_location(
+        "probe", ROOT / "bench" / "probe_decode_launch.py"
+    )
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    out = tmp_path / "rows.jsonl"
+    argv = ["--device", "cpu", "--shape", "tiny", "--batch", "1", "3", "--steps", "6"]
+    assert probe.main([*argv, "--prompt", "12", "--json", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["batch"] for r in rows] == [1, 3]
+    for row in rows:
+        assert row["static_rows_equal_dynamic"] == 1.0
+        assert row["dynamic_ms"] > 0 and row["static_ms"] > 0
+        assert "graph_ms" not in row  # a CUDA graph needs a GPU
