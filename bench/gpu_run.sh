@@ -14,10 +14,12 @@
 #   bash bench/gpu_run.sh OUT_DIR          # a GPU machine
 #   bash bench/gpu_run.sh --cpu OUT_DIR    # the same runs at a tiny size on CPU (CI runs this)
 #
-# OUT_DIR gets a folder per learning run and four files: facts.txt (python, torch, the GPU), results.jsonl (one
-# JSON object per run that ended, bench_gpu.py's figures plus its name), runs.log
-# (every run's output) and summary.txt (each run's exit status and time). A run
-# that fails or outlasts its limit is written down and the next one starts.
+# OUT_DIR gets facts.txt (python, torch, the GPU), results.jsonl (one JSON object
+# per run that ended: bench_gpu.py's or bench_train_cpu.py's figures plus the run's
+# name), runs.log (every run's output), summary.txt (each run's exit status and
+# time), a folder per learning run (figures.json, run.log, curve.jsonl, report.png,
+# run.tar.xz: the run's result folder) and, after the decode run, decode.jsonl.
+# A run that fails or outlasts its limit is written down and the next one starts.
 #
 # Environment:
 #   WHEELS=DIR     wheels (*.whl) and unpacked packages (*.tar.xz) to install first,
@@ -31,7 +33,7 @@
 #   GGUF=FILE      SmolLM2-135M-Instruct's .gguf: adds the learning runs and the
 #                  Bandit example's run
 #   LEARN_MINUTES="M1 M2"  the learning runs' training minutes, FrozenLake's and
-#                  Sokoban's (default "4 2.5"; on CPU "0.5 0.5"), evaluations and
+#                  Sokoban's (default "4.5 1.5"; on CPU "0.5 0.5"), evaluations and
 #                  the format warm-up not counted
 #   LEARN_CONFIG=J JSON settings merged last into both learning runs'
 #   ONLY=a,b       the runs to do (default: all): learn-frozenlake, learn-sokoban,
@@ -53,6 +55,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 SITE=${SITE:-/tmp/ragen-site}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+ONLY_GIVEN=${ONLY:+1}
 ONLY=${ONLY:-learn-frozenlake,learn-sokoban,decode,sokoban,lora,no-ckpt,bandit}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
@@ -198,15 +201,33 @@ learn() {  # learn NAME YAML MINUTES: the real model trains on the device, judge
   local name=$1 yaml=$2 minutes=$3
   [[ ",$ONLY," == *",$name,"* ]] || return 0
   local dir="$OUT_DIR/$name" start=$SECONDS rc logdir limit config
-  limit=$("$PYTHON" -c 'import sys; print(int(float(sys.argv[1]) * 60) + 240)' "$minutes")
-  if [[ -n "${DEADLINE:-}" ]] && ((DEADLINE - SECONDS < limit)); then
-    limit=$((DEADLINE - SECONDS))
-    if ((limit < 90)); then
-      echo "$name skipped: ${limit}s left of DEADLINE" | tee -a "$OUT_DIR/summary.txt"
+  if [[ -z "${GGUF:-}" ]]; then  # asked for by name: not run is not passed
+    if [[ -n $ONLY_GIVEN ]]; then
+      echo "$name skipped: it needs GGUF= (the SmolLM2 file)" | tee -a "$OUT_DIR/summary.txt"
+      failed=1
+    fi
+    return 0
+  fi
+  # Time beside the training (loading, the warm-up, the two evaluations, the report):
+  # 240 s on a GPU, 900 s on CPU (a warm-up not cached takes minutes there). Under
+  # DEADLINE the training is shortened to fit, and skipped under half a minute.
+  local beside=240
+  [[ $DEVICE == cuda ]] || beside=900
+  if [[ -n "${DEADLINE:-}" ]]; then
+    # prints the minutes that fit, or nothing when under min(asked, half a minute) fit
+    minutes=$("$PYTHON" -c '
+import sys
+asked, fit = float(sys.argv[1]), (int(sys.argv[2]) - int(sys.argv[3])) / 60
+print(round(min(asked, fit), 2) if fit >= min(asked, 0.5) else "")' \
+      "$minutes" "$((DEADLINE - SECONDS))" "$beside")
+    if [[ -z $minutes ]]; then
+      echo "$name skipped: $((DEADLINE - SECONDS))s left of DEADLINE" | tee -a "$OUT_DIR/summary.txt"
       failed=1
       return 0
     fi
   fi
+  limit=$("$PYTHON" -c 'import sys; print(int(float(sys.argv[1]) * 60) + int(sys.argv[2]))' "$minutes" "$beside")
+  rm -rf "$dir"  # nothing of an earlier run in OUT_DIR passes for this one's
   mkdir -p "$dir"
   # The paper's batch (8 groups of 16) and 256 evaluation states, minibatches of
   # 32 (4 updates an iteration); on a GPU the learner and the engine share it in
@@ -235,14 +256,18 @@ EOF
   # The run's folder (result.json, params.json, rollouts): its report and a copy.
   logdir=$(sed -n 's/^result.json and rollouts in //p' "$dir/run.log" | head -n 1)
   if [[ -n $logdir && -d $logdir ]]; then
-    "$PYTHON" -m ragen_rllib.cli report "$logdir" >>"$dir/run.log" 2>&1 \
-      && cp "$logdir/report/curves.png" "$dir/report.png"
-    tar -cJf "$dir/run.tar.xz" -C "$(dirname "$logdir")" "$(basename "$logdir")"
+    timeout 120 "$PYTHON" -m ragen_rllib.cli report "$logdir" >>"$dir/run.log" 2>&1 \
+      && cp "$logdir/report/curves.png" "$dir/report.png" \
+      || echo "$name: its report failed (see $name/run.log)" | tee -a "$OUT_DIR/summary.txt"
+    timeout 120 tar -cJf "$dir/run.tar.xz" -C "$(dirname "$logdir")" "$(basename "$logdir")" \
+      || echo "$name: packing its result folder failed" | tee -a "$OUT_DIR/summary.txt"
   fi
   if [[ $rc -eq 0 && -s $dir/figures.json ]]; then
     "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["run"]=sys.argv[2]; print(json.dumps(d))' \
       "$dir/figures.json" "$name" >>"$OUT_DIR/results.jsonl"
-    grep -E "eval success|^iter " "$dir/run.log" | tail -n 40
+    grep -E "^iter " "$dir/run.log" | tail -n 40
+    "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%s: success %.3f -> %.3f in %d iterations" % (sys.argv[2], d["success_before"], d["success_after"], d["iterations"]))' \
+      "$dir/figures.json" "$name"
   else
     failed=1
     echo "--- $name failed (exit $rc); the end of its output:"
@@ -251,15 +276,14 @@ EOF
   echo "$name exit=$rc seconds=$((SECONDS - start))" | tee -a "$OUT_DIR/summary.txt"
 }
 
-if [[ -n "${GGUF:-}" ]]; then
-  if [[ $DEVICE == cuda ]]; then DEFAULT_MINUTES="4 2.5"; else DEFAULT_MINUTES="0.5 0.5"; fi
-  read -r -a MINUTES <<<"${LEARN_MINUTES:-$DEFAULT_MINUTES}"
-  learn learn-frozenlake frozenlake_noslip_smollm2_cpu.yaml "${MINUTES[0]}"
-  learn learn-sokoban sokoban_smollm2_cpu.yaml "${MINUTES[1]:-${MINUTES[0]}}"
-fi
+if [[ $DEVICE == cuda ]]; then DEFAULT_MINUTES="4.5 1.5"; else DEFAULT_MINUTES="0.5 0.5"; fi
+read -r -a MINUTES <<<"${LEARN_MINUTES:-$DEFAULT_MINUTES} $DEFAULT_MINUTES"
+learn learn-frozenlake frozenlake_noslip_smollm2_cpu.yaml "${MINUTES[0]}"
+learn learn-sokoban sokoban_smollm2_cpu.yaml "${MINUTES[1]}"
 if [[ $DEVICE == cuda && ",$ONLY," == *",decode,"* ]]; then
   # A decode step three ways (growing cache, static cache, CUDA graph), per batch size.
   start=$SECONDS limit=240
+  rm -f "$OUT_DIR/decode.jsonl"
   if [[ -n "${DEADLINE:-}" ]] && ((DEADLINE - SECONDS < limit)); then limit=$((DEADLINE - SECONDS)); fi
   echo "=== decode: bench/probe_decode_launch.py --shape smollm2 qwen05b" | tee -a "$OUT_DIR/runs.log"
   if ((limit >= 30)); then

@@ -129,8 +129,9 @@ def test_the_warm_up_trains_on_the_gpu_only_when_the_learner_runs_here_on_one(mo
     def cfg(**kw):
         return tiny_config(format_warmup_steps=1, **kw)
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert warmup.warmup_device(cfg()) == "cpu"  # no GPU asked for
-    assert warmup.warmup_device(cfg(num_gpus_per_learner=1)) == "cpu"  # none visible here
+    assert warmup.warmup_device(cfg(num_gpus_per_learner=1)) == "cpu"  # none visible
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert warmup.warmup_device(cfg(num_gpus_per_learner=1)) == "cuda"
     assert warmup.warmup_device(cfg()) == "cpu"

@@ -239,10 +239,12 @@ def train_format_warmup(base: str, config: Any, out: str) -> dict[str, Any]:
     model.eval()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    if device == "cuda":
+    if device == "cuda":  # the learner's GPU gets the memory back
         del model, optimizer
+        loss = ids = labels = mask = None  # the last step's graph holds the weights too
         torch.cuda.empty_cache()
     return {
         "loss": [round(x, 4) for x in losses],
         "seconds": round(time.perf_counter() - start, 1),
+        "device": device,  # where it trained (not part of the cache's key)
     }
