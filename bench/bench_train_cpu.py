@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         loop_s = time.perf_counter() - loop_start
         after = algo.evaluate_all() if args.suites else algo.evaluate_success()
         write_row(results, {"training_iteration": done, "evaluation": after})
+        print(f"{name}: after {done} iterations, eval success {after['success_rate']:.3f}")
         print_suites(f"after {done} iterations", after)
         total_s = time.perf_counter() - start
         if args.checkpoint:

@@ -265,9 +265,7 @@ EOF
   if [[ $rc -eq 0 && -s $dir/figures.json ]]; then
     "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["run"]=sys.argv[2]; print(json.dumps(d))' \
       "$dir/figures.json" "$name" >>"$OUT_DIR/results.jsonl"
-    grep -E "^iter " "$dir/run.log" | tail -n 40
-    "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%s: success %.3f -> %.3f in %d iterations" % (sys.argv[2], d["success_before"], d["success_after"], d["iterations"]))' \
-      "$dir/figures.json" "$name"
+    grep -E "eval success|^iter " "$dir/run.log" | tail -n 40
   else
     failed=1
     echo "--- $name failed (exit $rc); the end of its output:"

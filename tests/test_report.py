@@ -271,6 +271,8 @@ def test_report_of_a_bench_train_cpu_run(tmp_path):
     assert trial.is_relative_to(tmp_path / "home")
     rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [0, 1, 2, 2]
+    after = rows[-1]["evaluation"]["success_rate"]  # and the console says it
+    assert f"after 2 iterations, eval success {after:.3f}" in proc.stdout
     # Its settings as a trial's params.json, so a folder of these runs groups by seed.
     params = json.loads((trial / "params.json").read_text())
     assert params["env"] == "ragen/Bandit-v0" and params["eval_num_states"] == 8
