@@ -167,6 +167,11 @@ else
 fi
 failed=0
 
+append_result() {  # append_result JSON NAME: a run's figures, with its name, as a line of results.jsonl
+  "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["run"]=sys.argv[2]; print(json.dumps(d))' \
+    "$1" "$2" >>"$OUT_DIR/results.jsonl"
+}
+
 run() {  # run NAME ARGS...: one bench_gpu.py run, its figures appended to results.jsonl
   local name=$1
   shift
@@ -185,8 +190,7 @@ run() {  # run NAME ARGS...: one bench_gpu.py run, its figures appended to resul
     --iterations "$ITERATIONS" --json "$json" >>"$OUT_DIR/runs.log" 2>&1
   rc=$?
   if [[ $rc -eq 0 && -s $json ]]; then
-    "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["run"]=sys.argv[2]; print(json.dumps(d))' \
-      "$json" "$name" >>"$OUT_DIR/results.jsonl"
+    append_result "$json" "$name"
     cat "$json"
   else
     failed=1
@@ -263,8 +267,7 @@ EOF
       || echo "$name: packing its result folder failed" | tee -a "$OUT_DIR/summary.txt"
   fi
   if [[ $rc -eq 0 && -s $dir/figures.json ]]; then
-    "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["run"]=sys.argv[2]; print(json.dumps(d))' \
-      "$dir/figures.json" "$name" >>"$OUT_DIR/results.jsonl"
+    append_result "$dir/figures.json" "$name"
     grep -E "eval success|^iter " "$dir/run.log" | tail -n 40
   else
     failed=1

@@ -36,6 +36,8 @@ import statistics
 import sys
 import time
 
+from ragen_rllib.planning.shapes import KNOWN_CONFIGS
+
 #: Model shapes (random weights): SmolLM2-135M (the real model of the CPU
 #: examples), the Qwen2.5-0.5B shape of the GPU figures, and a tiny one for CPU.
 SHAPES = {
@@ -44,11 +46,7 @@ SHAPES = {
         num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
         tie_word_embeddings=True, rope_theta=100000.0,
     ),
-    "qwen05b": dict(
-        model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-        num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
-        tie_word_embeddings=True,
-    ),
+    "qwen05b": KNOWN_CONFIGS["qwen/qwen2.5-0.5b"],  # the planner's shape of it
     "tiny": dict(
         model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=512, tie_word_embeddings=True,
