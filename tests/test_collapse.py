@@ -292,7 +292,11 @@ def test_pair_loglik_scores_every_reasoning_after_every_prompt():
     runner = LLMEnvRunner(config=cfg, worker_index=0)
     trajs = runner.sample()
     think_end = runner.tokenizer.encode("</think>", add_special_tokens=False)[0]
-    prompts, reasonings = turn_pairs(trajs, 4, think_end)
+
+    def up_to_think_end(t, turn, answer):  # the built-in tokenizer: one token
+        return answer.index(think_end) + 1 if think_end in answer else 0
+
+    prompts, reasonings = turn_pairs(trajs, 4, up_to_think_end)
     # One pair per distinct prompt, the first turns first: 3 groups give 3 first
     # prompts (a repeated one would tie with the pair's own and hide it from
     # retrieval), and the fourth pair is a second turn.
@@ -303,7 +307,7 @@ def test_pair_loglik_scores_every_reasoning_after_every_prompt():
     second = [t for t in trajs if len(t.turn_spans) > 1][0]
     seg, start, _ = second.turn_spans[1]
     assert prompts[3] == second.segments[seg].input_ids[:start]
-    assert turn_pairs(trajs, 2, think_end)[0] == prompts[:2]
+    assert turn_pairs(trajs, 2, up_to_think_end)[0] == prompts[:2]
     assert all(z[-1] == think_end for z in reasonings if think_end in z)
     learner = built_learner(cfg, runner.get_spaces())
     matrix = learner.pair_loglik(prompts, reasonings)
@@ -361,3 +365,33 @@ def test_a_checkpoints_warning_state_under_the_old_ema_name_is_restored():
     state["ema"] = {"in_group_std": 0.7, "step_kl": 0.01}
     watch.set_state(state)
     assert watch.warning.ema == {"in_group_reward_std": 0.7, "step_kl": 0.01}
+
+
+def test_a_reasoning_tag_of_several_tokens_ends_the_reasoning_where_it_ends():
+    """SmolLM2's tokenizer splits ``</think>`` into several tokens: the pairs' reasoning
+    still stops after them (found on the decoded text), and an answer that never closes
+    its reasoning stays whole."""
+    from ragen_rllib.algorithms.starpo.collapse import CollapseWatch, turn_pairs
+    from ragen_rllib.records.trajectory import Segment, Trajectory
+
+    words = ["<", "/", "think", ">", "go", "left", "right", "a", "b"]
+
+    class Split:  # a tokenizer whose tag is four tokens
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(words[i] for i in ids)
+
+    def one_turn(prompt, answer):
+        t = Trajectory(env_id="x", seed=0, group=0)
+        t.segments = [Segment(input_ids=prompt + answer)]
+        t.turn_spans = [(0, len(prompt), len(prompt) + len(answer))]
+        t.turn_rewards = [0.0]
+        return t
+
+    closed = one_turn([7, 8], [4, 5, 0, 1, 2, 3, 6, 6])  # "goleft</think>rightright"
+    open_ = one_turn([8, 7], [4, 5, 6])  # never closed
+    watch = CollapseWatch.__new__(CollapseWatch)
+    watch._tokenizer = Split()
+    _, reasonings = turn_pairs([closed, open_], 2, watch._reasoning_tokens)
+    assert reasonings == [[4, 5, 0, 1, 2, 3], [4, 5, 6]]
+    closed.turn_reasoning_tokens = [3]  # the runner's count wins where it kept one
+    assert turn_pairs([closed], 1, watch._reasoning_tokens)[1] == [[4, 5, 0]]

@@ -18,11 +18,13 @@ iteration (its periodic checkpoints from before the warning stay where Tune keep
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import torch
 
+from ragen_rllib.chat.prompts import reasoning_length
 from ragen_rllib.maths.collapse import (
     EarlyWarning,
     distinct_n,
@@ -61,7 +63,9 @@ def diversity_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
 
 
 def turn_pairs(
-    trajectories: list[Trajectory], samples: int, think_end: int | None
+    trajectories: list[Trajectory],
+    samples: int,
+    reasoning_tokens: Callable[[Trajectory, int, list[int]], int] | None,
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Up to ``samples`` (prompt ids, reasoning ids) pairs from the trajectories'
     turns, each with a different prompt: the first turns first (a group's rollouts
@@ -69,8 +73,10 @@ def turn_pairs(
     once), then, where the batch has fewer distinct first prompts than ``samples``,
     the later turns in turn order (each a state of its own trajectory). An identical
     prompt would tie with a pair's own in every score, so retrieval could never pick
-    it out. The reasoning is the turn's answer up to and including the ``think_end``
-    token (``</think>``), the whole answer without it."""
+    it out. The reasoning is the turn's answer up to and including the tokens that
+    close it (``</think>``): ``reasoning_tokens(trajectory, turn, answer_ids)`` says how
+    many those are (0: the answer never closed it); the whole answer where it says 0 or
+    is None."""
     prompts, reasonings, seen = [], [], set()
     turns = max((len(t.turn_spans) for t in trajectories), default=0)
     for turn in range(turns):
@@ -85,8 +91,9 @@ def turn_pairs(
                 continue
             seen.add(tuple(prompt))
             answer = t.turn_ids(turn)
-            if think_end is not None and think_end in answer:
-                answer = answer[: answer.index(think_end) + 1]
+            cut = reasoning_tokens(t, turn, answer) if reasoning_tokens is not None else 0
+            if cut > 0:
+                answer = answer[:cut]
             prompts.append(list(prompt))
             reasonings.append(list(answer))
     return prompts, reasonings
@@ -101,7 +108,7 @@ class CollapseWatch:
 
     def __init__(self, config: Any):
         self.config = config
-        self._think_end: int | None = None  # the </think> token id, read when first needed
+        self._tokenizer: Any = None  # the run's tokenizer, loaded when first needed
         self.warning = EarlyWarning(
             alpha=config.collapse_ema,
             std_drop=config.collapse_std_drop,
@@ -130,14 +137,12 @@ class CollapseWatch:
         cost (``mi_s``) and the iteration it was computed at (``mi_iteration``; the
         results of the iterations between hold NaN for these keys)."""
         start = time.perf_counter()
-        if self._think_end is None:
+        if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.config.llm))
-            ids = tokenizer.encode("</think>", add_special_tokens=False)
-            self._think_end = ids[0] if len(ids) == 1 else -1
+            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.config.llm))
         prompts, reasonings = turn_pairs(
-            trajectories, self.config.collapse_mi_samples, self._think_end
+            trajectories, self.config.collapse_mi_samples, self._reasoning_tokens
         )
         if len(prompts) < 2:  # one distinct first prompt (Bandit's): nothing to compare
             nan = float("nan")
@@ -167,6 +172,15 @@ class CollapseWatch:
             "mi_s": time.perf_counter() - start,
             "mi_iteration": iteration,
         }
+
+    def _reasoning_tokens(self, trajectory: Trajectory, turn: int, answer: list[int]) -> int:
+        """How many of a turn's answer tokens are its reasoning, ``</think>`` included
+        (0: never closed): the runner's count where ``loss_tokens: answer`` kept one,
+        else found on the decoded text, so a tag the tokenizer splits in several tokens
+        (SmolLM2's) ends the reasoning where it ends."""
+        if turn < len(trajectory.turn_reasoning_tokens):
+            return trajectory.turn_reasoning_tokens[turn]
+        return reasoning_length(self._tokenizer, trajectory.prefill, answer)
 
     def get_state(self) -> dict[str, Any]:
         return asdict(self.warning)
