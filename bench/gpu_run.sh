@@ -172,18 +172,24 @@ append_result() {  # append_result JSON NAME: a run's figures, with its name, as
     "$1" "$2" >>"$OUT_DIR/results.jsonl"
 }
 
+within_deadline() {  # within_deadline LIMIT: LIMIT, or the seconds left of DEADLINE when fewer
+  if [[ -n "${DEADLINE:-}" ]] && ((DEADLINE - SECONDS < $1)); then
+    echo $((DEADLINE - SECONDS))
+  else
+    echo "$1"
+  fi
+}
+
 run() {  # run NAME ARGS...: one bench_gpu.py run, its figures appended to results.jsonl
   local name=$1
   shift
   [[ ",$ONLY," == *",$name,"* ]] || return 0
-  local json="$OUT_DIR/$name.json" start=$SECONDS rc limit=$RUN_TIMEOUT
-  if [[ -n "${DEADLINE:-}" ]] && ((DEADLINE - SECONDS < limit)); then
-    limit=$((DEADLINE - SECONDS))
-    if ((limit < 30)); then  # not run is not passed: the exit status says so
-      echo "$name skipped: ${limit}s left of DEADLINE" | tee -a "$OUT_DIR/summary.txt"
-      failed=1
-      return 0
-    fi
+  local json="$OUT_DIR/$name.json" start=$SECONDS rc limit
+  limit=$(within_deadline "$RUN_TIMEOUT")
+  if ((limit < 30)); then  # not run is not passed: the exit status says so
+    echo "$name skipped: ${limit}s left of DEADLINE" | tee -a "$OUT_DIR/summary.txt"
+    failed=1
+    return 0
   fi
   echo "=== $name: bench/bench_gpu.py $*" | tee -a "$OUT_DIR/runs.log"
   timeout --kill-after=10 "$limit" "$PYTHON" "$ROOT/bench/bench_gpu.py" "$@" \
@@ -283,9 +289,8 @@ learn learn-frozenlake frozenlake_noslip_smollm2_cpu.yaml "${MINUTES[0]}"
 learn learn-sokoban sokoban_smollm2_cpu.yaml "${MINUTES[1]}"
 if [[ $DEVICE == cuda && ",$ONLY," == *",decode,"* ]]; then
   # A decode step three ways (growing cache, static cache, CUDA graph), per batch size.
-  start=$SECONDS limit=240
+  start=$SECONDS limit=$(within_deadline 240)
   rm -f "$OUT_DIR/decode.jsonl"
-  if [[ -n "${DEADLINE:-}" ]] && ((DEADLINE - SECONDS < limit)); then limit=$((DEADLINE - SECONDS)); fi
   echo "=== decode: bench/probe_decode_launch.py --shape smollm2 qwen05b" | tee -a "$OUT_DIR/runs.log"
   if ((limit >= 30)); then
     timeout --kill-after=10 "$limit" "$PYTHON" "$ROOT/bench/probe_decode_launch.py" \

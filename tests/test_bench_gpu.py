@@ -55,6 +55,26 @@ def test_the_gpu_script_runs_its_cpu_path(tmp_path):
         assert "mfu" not in r  # no known peak FLOP/s for a CPU
 
 
+def test_runs_past_the_deadline_are_skipped_and_fail_the_script(tmp_path):
+    """DEADLINE=0: nothing is left for any run, so each is named as skipped and the
+    exit status is not 0 (not run is not passed)."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_run.sh"), "--cpu", str(out)],
+        cwd=tmp_path,
+        env=private_env(tmp_path, PYTHON=sys.executable, DEADLINE="0"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert [line.split()[:2] for line in summary] == [
+        ["sokoban", "skipped:"], ["lora", "skipped:"], ["no-ckpt", "skipped:"],
+    ]  # fmt: skip
+    assert (out / "results.jsonl").read_text() == ""  # no run wrote figures
+
+
 def _bench_gpu():
     spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "bench_gpu.py")
     module = importlib.util.module_from_spec(spec)
