@@ -55,24 +55,36 @@ def test_the_gpu_script_runs_its_cpu_path(tmp_path):
         assert "mfu" not in r  # no known peak FLOP/s for a CPU
 
 
-def test_runs_past_the_deadline_are_skipped_and_fail_the_script(tmp_path):
-    """DEADLINE=0: nothing is left for any run, so each is named as skipped and the
-    exit status is not 0 (not run is not passed)."""
-    out = tmp_path / "out"
-    proc = subprocess.run(
+def _gpu_script(tmp_path, out, **env):
+    """gpu_run.sh's CPU path with ``env`` over a clean slate of its own settings."""
+    base = {k: v for k, v in private_env(tmp_path).items()
+            if k not in ("ONLY", "GGUF", "DEADLINE", "RUN_TIMEOUT", "LEARN_MINUTES")}  # fmt: skip
+    return subprocess.run(
         ["bash", str(ROOT / "bench" / "gpu_run.sh"), "--cpu", str(out)],
         cwd=tmp_path,
-        env=private_env(tmp_path, PYTHON=sys.executable, DEADLINE="0"),
+        env={**base, "PYTHON": sys.executable, **env},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_runs_past_the_deadline_are_skipped_and_fail_the_script(tmp_path):
+    """DEADLINE=0: nothing is left for any run, so each is named as skipped and the
+    exit status is not 0 (not run is not passed). A short RUN_TIMEOUT without a
+    DEADLINE is not a reason to skip: that run starts (and here runs out of time)."""
+    out = tmp_path / "out"
+    proc = _gpu_script(tmp_path, out, DEADLINE="0")
     assert proc.returncode == 1, proc.stdout[-3000:]
     summary = (out / "summary.txt").read_text().splitlines()
     assert [line.split()[:2] for line in summary] == [
         ["sokoban", "skipped:"], ["lora", "skipped:"], ["no-ckpt", "skipped:"],
     ]  # fmt: skip
     assert (out / "results.jsonl").read_text() == ""  # no run wrote figures
+    short = tmp_path / "short"
+    proc = _gpu_script(tmp_path, short, ONLY="sokoban", RUN_TIMEOUT="2")
+    summary = (short / "summary.txt").read_text().splitlines()
+    assert [line.split()[:2] for line in summary] == [["sokoban", "exit=124"]], summary
 
 
 def _bench_gpu():

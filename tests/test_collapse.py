@@ -395,3 +395,8 @@ def test_a_reasoning_tag_of_several_tokens_ends_the_reasoning_where_it_ends():
     assert reasonings == [[4, 5, 0, 1, 2, 3], [4, 5, 6]]
     closed.turn_reasoning_tokens = [3]  # the runner's count wins where it kept one
     assert turn_pairs([closed], 1, watch._reasoning_tokens)[1] == [[4, 5, 0]]
+    # A prefill that closed the reasoning itself: the answer holds none of it, so it
+    # is kept whole even where it writes the tag again.
+    prefilled = one_turn([7, 7], [4, 0, 1, 2, 3, 5])
+    prefilled.prefill = "</think>"
+    assert turn_pairs([prefilled], 1, watch._reasoning_tokens)[1] == [[4, 0, 1, 2, 3, 5]]

@@ -75,8 +75,8 @@ def turn_pairs(
     prompt would tie with a pair's own in every score, so retrieval could never pick
     it out. The reasoning is the turn's answer up to and including the tokens that
     close it (``</think>``): ``reasoning_tokens(trajectory, turn, answer_ids)`` says how
-    many those are (0: the answer never closed it); the whole answer where it says 0 or
-    is None."""
+    many those are (0: the answer never closed it, or the prefill closed it already);
+    the whole answer where it says 0 or is None."""
     prompts, reasonings, seen = [], [], set()
     turns = max((len(t.turn_spans) for t in trajectories), default=0)
     for turn in range(turns):
@@ -175,9 +175,9 @@ class CollapseWatch:
 
     def _reasoning_tokens(self, trajectory: Trajectory, turn: int, answer: list[int]) -> int:
         """How many of a turn's answer tokens are its reasoning, ``</think>`` included
-        (0: never closed): the runner's count where ``loss_tokens: answer`` kept one,
-        else found on the decoded text, so a tag the tokenizer splits in several tokens
-        (SmolLM2's) ends the reasoning where it ends."""
+        (0: never closed, or closed by the prefill): the runner's count where
+        ``loss_tokens: answer`` kept one, else found on the decoded text, so a tag the
+        tokenizer splits in several tokens (SmolLM2's) ends the reasoning where it ends."""
         if turn < len(trajectory.turn_reasoning_tokens):
             return trajectory.turn_reasoning_tokens[turn]
         return reasoning_length(self._tokenizer, trajectory.prefill, answer)
