@@ -125,7 +125,9 @@ def _suite_envs(evaluation: dict):
                     yield suite, env, metrics
 
 
-def print_suites(when: str, evaluation: dict) -> None:
+def print_evaluation(name: str, when: str, evaluation: dict) -> None:
+    """An evaluation's success rate, then each suite opponent's figures (with --suites)."""
+    print(f"{name}: {when}, eval success {evaluation['success_rate']:.3f}", flush=True)
     for suite, env, metrics in _suite_envs(evaluation):
         shown = ", ".join(f"{k} {metrics[k]:.3f}" for k in SUITE_KEYS if k in metrics)
         print(f"  {when}: {suite}/{env}: {shown}", flush=True)
@@ -206,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         before = algo.evaluate_all() if args.suites else algo.evaluate_success()
         write_row(results, {"training_iteration": 0, "evaluation": before})
-        print(f"{name}: before training, eval success {before['success_rate']:.3f}", flush=True)
-        print_suites("before training", before)
+        print_evaluation(name, "before training", before)
         done = 0
         deadline = None if args.minutes is None else start + 60 * args.minutes
         loop_start = time.perf_counter()
@@ -252,8 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         loop_s = time.perf_counter() - loop_start
         after = algo.evaluate_all() if args.suites else algo.evaluate_success()
         write_row(results, {"training_iteration": done, "evaluation": after})
-        print(f"{name}: after {done} iterations, eval success {after['success_rate']:.3f}")
-        print_suites(f"after {done} iterations", after)
+        print_evaluation(name, f"after {done} iterations", after)
         total_s = time.perf_counter() - start
         if args.checkpoint:
             algo.save_to_path(os.path.abspath(args.checkpoint))

@@ -16,16 +16,23 @@ from conftest import private_env
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_gpu_script_runs_its_cpu_path(tmp_path):
-    out = tmp_path / "out"
-    proc = subprocess.run(
+def _gpu_script(tmp_path, out, timeout=300, **env):
+    """gpu_run.sh's CPU path with ``env`` over a clean slate of its own settings."""
+    base = {k: v for k, v in private_env(tmp_path).items()
+            if k not in ("ONLY", "GGUF", "DEADLINE", "RUN_TIMEOUT", "LEARN_MINUTES")}  # fmt: skip
+    return subprocess.run(
         ["bash", str(ROOT / "bench" / "gpu_run.sh"), "--cpu", str(out)],
         cwd=tmp_path,
-        env=private_env(tmp_path, PYTHON=sys.executable),
+        env={**base, "PYTHON": sys.executable, **env},
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
+
+
+def test_the_gpu_script_runs_its_cpu_path(tmp_path):
+    out = tmp_path / "out"
+    proc = _gpu_script(tmp_path, out, timeout=900)
     assert proc.returncode == 0, (proc.stdout[-3000:], (out / "runs.log").read_text()[-3000:])
     assert {p.name for p in out.iterdir()} == {
         "facts.txt", "results.jsonl", "runs.log", "summary.txt",
@@ -53,20 +60,6 @@ def test_the_gpu_script_runs_its_cpu_path(tmp_path):
         assert 0.5 < max(r["planned_at_longest_gib"].values()) / r["peak_rss_gib"] < 2.0, r
         assert r["planned_at_longest_gib"]["update"] <= r["planned_worst_case_gib"]["update"]
         assert "mfu" not in r  # no known peak FLOP/s for a CPU
-
-
-def _gpu_script(tmp_path, out, **env):
-    """gpu_run.sh's CPU path with ``env`` over a clean slate of its own settings."""
-    base = {k: v for k, v in private_env(tmp_path).items()
-            if k not in ("ONLY", "GGUF", "DEADLINE", "RUN_TIMEOUT", "LEARN_MINUTES")}  # fmt: skip
-    return subprocess.run(
-        ["bash", str(ROOT / "bench" / "gpu_run.sh"), "--cpu", str(out)],
-        cwd=tmp_path,
-        env={**base, "PYTHON": sys.executable, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_runs_past_the_deadline_are_skipped_and_fail_the_script(tmp_path):

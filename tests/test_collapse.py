@@ -278,7 +278,7 @@ def test_pair_loglik_scores_every_reasoning_after_every_prompt():
     from conftest import tiny_config
     from transformers import AutoModelForCausalLM
 
-    from ragen_rllib.algorithms.starpo.collapse import turn_pairs
+    from ragen_rllib.algorithms.starpo.collapse import CollapseWatch, turn_pairs
     from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 
     cfg = tiny_config(
@@ -292,11 +292,8 @@ def test_pair_loglik_scores_every_reasoning_after_every_prompt():
     runner = LLMEnvRunner(config=cfg, worker_index=0)
     trajs = runner.sample()
     think_end = runner.tokenizer.encode("</think>", add_special_tokens=False)[0]
-
-    def up_to_think_end(t, turn, answer):  # the built-in tokenizer: one token
-        return answer.index(think_end) + 1 if think_end in answer else 0
-
-    prompts, reasonings = turn_pairs(trajs, 4, up_to_think_end)
+    reasoning_tokens = CollapseWatch(cfg)._reasoning_tokens  # the run's own cut
+    prompts, reasonings = turn_pairs(trajs, 4, reasoning_tokens)
     # One pair per distinct prompt, the first turns first: 3 groups give 3 first
     # prompts (a repeated one would tie with the pair's own and hide it from
     # retrieval), and the fourth pair is a second turn.
@@ -307,7 +304,7 @@ def test_pair_loglik_scores_every_reasoning_after_every_prompt():
     second = [t for t in trajs if len(t.turn_spans) > 1][0]
     seg, start, _ = second.turn_spans[1]
     assert prompts[3] == second.segments[seg].input_ids[:start]
-    assert turn_pairs(trajs, 2, up_to_think_end)[0] == prompts[:2]
+    assert turn_pairs(trajs, 2, reasoning_tokens)[0] == prompts[:2]
     assert all(z[-1] == think_end for z in reasonings if think_end in z)
     learner = built_learner(cfg, runner.get_spaces())
     matrix = learner.pair_loglik(prompts, reasonings)

@@ -137,10 +137,6 @@ class CollapseWatch:
         cost (``mi_s``) and the iteration it was computed at (``mi_iteration``; the
         results of the iterations between hold NaN for these keys)."""
         start = time.perf_counter()
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.config.llm))
         prompts, reasonings = turn_pairs(
             trajectories, self.config.collapse_mi_samples, self._reasoning_tokens
         )
@@ -173,6 +169,16 @@ class CollapseWatch:
             "mi_iteration": iteration,
         }
 
+    @property
+    def tokenizer(self) -> Any:
+        """The run's tokenizer, loaded when first needed (a run that keeps the runner's
+        reasoning counts, ``loss_tokens: answer``, never needs it)."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.config.llm))
+        return self._tokenizer
+
     def _reasoning_tokens(self, trajectory: Trajectory, turn: int, answer: list[int]) -> int:
         """How many of a turn's answer tokens are its reasoning, ``</think>`` included
         (0: never closed, or closed by the prefill): the runner's count where
@@ -180,7 +186,7 @@ class CollapseWatch:
         tokenizer splits in several tokens (SmolLM2's) ends the reasoning where it ends."""
         if turn < len(trajectory.turn_reasoning_tokens):
             return trajectory.turn_reasoning_tokens[turn]
-        return reasoning_length(self._tokenizer, trajectory.prefill, answer)
+        return reasoning_length(self.tokenizer, trajectory.prefill, answer)
 
     def get_state(self) -> dict[str, Any]:
         return asdict(self.warning)
