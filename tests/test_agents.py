@@ -18,6 +18,7 @@ import pytest
 from conftest import (
     absolute_imports,
     learner_logp_gap,
+    run_script,
     tiny_config,
     tiny_dict,
     train_iterations,
@@ -246,6 +247,56 @@ def test_failing_agents_drop_their_groups_and_are_counted(tmp_path, isolation):
     assert [t.end_reason for t in trajs] == ["terminated"] * 2  # only group 0 is trained
     assert metrics.peek(("rollout", "env_error_groups_dropped")) == 4
     runner.stop()
+
+
+_SLOW_SERVER_SCRIPT = """
+import json, subprocess, sys
+sys.path.insert(0, folder)
+from ragen_rllib.agents import calls
+from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
+from ragen_rllib.engines.base import SamplingParams
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+
+# The forkserver's start takes SLOW seconds (a module it preloads sleeps at import),
+# longer than the agents' timeout, and a process per core spins beside the batch.
+calls.FORKSERVER_PRELOAD = (*calls.FORKSERVER_PRELOAD, "slow_start")
+hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+try:
+    cfg = StarPOConfig.from_user_dict(config)
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+    trajs = runner.run_episodes([0, 0, 1], [0, 0, 1], params, sample_seed=0)
+    out = {"reasons": [t.end_reason for t in trajs], "errors": [t.error for t in trajs],
+           "agents": runner.get_metrics()["agents"]}
+    runner.stop()
+finally:
+    for hog in hogs:
+        hog.kill()
+print(json.dumps(out, default=float))
+"""
+
+
+def test_a_slow_forkserver_start_costs_no_healthy_agent_its_time(tmp_path):
+    """The first process-mode batch of a fresh runner starts the forkserver, here
+    slower than agent_timeout_s, on a machine whose cores are busy: the healthy
+    agents' clock starts after it, so they answer; the hung one is still killed at
+    its timeout."""
+    (tmp_path / "slow_start.py").write_text("import time\ntime.sleep(SLOW)\n".replace(
+        "SLOW", "12"))
+    config = tiny_dict(
+        agent=f"{AGENTS}:run",
+        agent_tasks=tasks_file(tmp_path, {"mode": "talk", "word": "up", "turns": 1},
+                               {"mode": "hang", "seconds": 3600}, {"split": "eval"}),
+        max_new_tokens=16, max_turns=5, agent_timeout_s=10, max_env_error_share=1.0,
+        agent_isolation="process",
+    )  # fmt: skip
+    out = run_script(
+        _SLOW_SERVER_SCRIPT, tmp_path, define={"config": config, "folder": str(tmp_path)},
+        timeout=600,
+    )  # fmt: skip
+    assert out["reasons"] == ["terminated", "terminated", "env_error"], out["errors"]
+    assert out["errors"][2] == "agent: no return within agent_timeout_s=10"
+    assert out["agents"]["agents_killed"] == 1 and out["agents"]["agent_timeouts"] == 1
 
 
 def test_hung_agents_in_processes_leave_no_thread_or_descriptor_behind(tmp_path):

@@ -12,9 +12,17 @@ import importlib.util
 import inspect
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+#: What the forkserver imports once, before it forks the agents' processes: the
+#: child's entry point (this module, which imports nothing heavy) and the ``openai``
+#: client, which most agents use (imported where it is installed).
+FORKSERVER_PRELOAD = ("ragen_rllib.agents.calls", "openai")
+#: How long the forkserver may take to start (its imports, on a loaded machine).
+SERVER_START_S = 120.0
 
 
 def load_callable(spec: str, key: str) -> Callable[..., Any]:
@@ -80,6 +88,10 @@ class _Call(threading.Thread):
             self.error = f"{type(err).__name__}: {err}"[:500]
 
 
+def _nothing() -> None:
+    """The forkserver's readiness probe (:meth:`_ProcessCall.ready`)."""
+
+
 def _run_in_child(spec: str, base_url: str, key: str, task: Any, conn) -> None:
     """A worker process's agent call: the result (or the error) back through ``conn``."""
     try:
@@ -98,7 +110,12 @@ class _ProcessCall:
     """One agent call in a worker process (``agent_isolation: process``): at its
     timeout the process is killed, so a hung agent holds no thread, descriptor or
     memory afterwards. Same interface as :class:`_Call`; ``is_alive()`` is whether
-    the call has not returned (killed at its timeout included)."""
+    the call has not returned (killed at its timeout included).
+
+    The processes are forked from a forkserver (a clean server process, not this one
+    with its threads) that has imported this module and the ``openai`` client once.
+    Starting it takes seconds on a busy machine, so a batch calls :meth:`ready`
+    before its deadline starts: the agents' time is theirs alone."""
 
     _context = None
 
@@ -116,18 +133,32 @@ class _ProcessCall:
 
     @classmethod
     def context(cls):
-        """The forkserver context (a fork of a clean server process, not of this one
-        with its threads), the package and the openai client loaded in it once."""
+        """The forkserver context, with what its server imports once."""
         if cls._context is None:
             import multiprocessing
 
             ctx = multiprocessing.get_context("forkserver")
-            preload = ["ragen_rllib.agents.programs"]
-            if importlib.util.find_spec("openai") is not None:
-                preload.append("openai")
-            ctx.set_forkserver_preload(preload)
+            ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
             cls._context = ctx
         return cls._context
+
+    @classmethod
+    def ready(cls, timeout: float = SERVER_START_S) -> float:
+        """Start the forkserver if it is not running (or has died) and wait until it
+        has forked one empty process; the seconds it took. RuntimeError when that
+        takes longer than ``timeout``."""
+        start = time.monotonic()
+        probe = cls.context().Process(target=_nothing, daemon=True)
+        probe.start()
+        probe.join(timeout)
+        if probe.is_alive():
+            probe.kill()
+            probe.join(5)
+            raise RuntimeError(
+                f"the agents' forkserver did not start a process within {timeout:g} s "
+                "(agent_isolation: process); is the machine out of memory or processes?"
+            )
+        return time.monotonic() - start
 
     def start(self) -> None:
         self._process.start()

@@ -99,6 +99,11 @@ class Gateway:
             )
         return key
 
+    def set_deadline(self, key: str, deadline: float | None) -> None:
+        """From now on, ``key``'s requests wait for no answer past ``deadline``."""
+        with self._lock:
+            self._conversations[key].deadline = deadline
+
     def reseed(self, seed: int) -> None:
         """Seed the engine's sampling from here on from ``seed`` (a batch's)."""
         self._batcher.reseed(seed)

@@ -202,7 +202,8 @@ class AgentRollouts:
         counts_before = dict(gateway.counts)
         reused_before = self.engine.prompt_tokens_reused
         limit = float(self.config.agent_timeout_s)
-        deadline = time.monotonic() + limit
+        if self.isolation == "process":
+            _ProcessCall.ready()  # the forkserver's start is not the agents' time
         calls: list[tuple[str, _Call]] = []
         trajs = []
         for seed, group in zip(seeds, groups, strict=True):
@@ -214,7 +215,7 @@ class AgentRollouts:
                 group=group,
                 policy_version=self.engine.policy_version,
             )
-            key = gateway.open(traj, deadline=deadline)
+            key = gateway.open(traj)
             if self.isolation == "process":
                 call = _ProcessCall(self.config.agent, self.base_url, key, task)
             else:
@@ -223,6 +224,12 @@ class AgentRollouts:
             trajs.append(traj)
         for _, call in calls:
             call.start()
+        # Every agent's time starts once all are running (starting a batch of processes
+        # takes a while on a busy machine); before that, a request's wait is bounded by
+        # agent_timeout_s alone.
+        deadline = time.monotonic() + limit
+        for key, _ in calls:
+            gateway.set_deadline(key, deadline)
         counts = Counter()
         for key, call in calls:
             call.join(max(0.0, deadline - time.monotonic()))
