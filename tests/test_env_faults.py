@@ -66,6 +66,21 @@ def test_failed_groups_are_dropped_and_counted(group_seeds):
     assert metrics.peek(("rollout", "env_error_groups_dropped")) == 2
 
 
+def test_a_non_finite_reward_is_the_envs_error(group_seeds):
+    """A NaN reward ends its trajectory as an env error, so its group leaves the
+    update and nothing downstream (a filter's ranking, a running baseline) sees it."""
+    cfg = flaky_config(env_config={"nan_reward_seeds": [group_seeds[1]]}, max_env_error_share=0.5)
+    trajs = LLMEnvRunner(config=cfg, worker_index=0).sample()
+    assert [t.end_reason == "env_error" for t in trajs] == [False, False, True, True, False, False]
+    assert trajs[2].error == (
+        "step(): ValueError: the env returned a reward of nan: it must be a finite number"
+    )
+    metrics = MetricsLogger()
+    build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs, metrics=metrics)
+    assert [t.group for t in trajs] == [0, 0, 2, 2]
+    assert metrics.peek(("rollout", "env_error_groups_dropped")) == 1
+
+
 def test_too_many_env_errors_stop_the_run_with_a_clear_error(group_seeds):
     cfg, trajs = failing_batch(group_seeds, max_env_error_share=0.5)
     with pytest.raises(EnvErrorBudgetExceeded) as err:

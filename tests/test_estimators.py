@@ -12,11 +12,13 @@ ids that do not follow them, one turn per trajectory unless said otherwise.
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 import torch
+from conftest import tiny_config
 
-from ragen_rllib.connectors.sample_batch import GroupAdvantages
+from ragen_rllib.connectors.sample_batch import GroupAdvantages, build_sample_pipeline
 from ragen_rllib.maths.advantages import gigpo_advantages, group_normalize, whiten_turns
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings
 from ragen_rllib.records.trajectory import Trajectory
@@ -213,17 +215,18 @@ def test_seq_mean_token_sum_norm_divides_by_a_constant_not_the_length():
         aggregate_loss(loss, mask, "seq-mean-token-sum-norm")
 
 
+def game(rewards_and_seats):
+    """Two-turn trajectories of env "G", two a group, each (reward, seat) given."""
+    return [
+        Trajectory(env_id="G", seed=i, group=i // 2, turn_rewards=[0.0, r],
+                   turn_infos=[{"seat": seat}, {"seat": seat}])
+        for i, (r, seat) in enumerate(rewards_and_seats)
+    ]  # fmt: skip
+
+
 def test_rae_subtracts_a_running_baseline_per_env_and_seat():
     """SPIRAL's role-conditioned advantage: the reward minus its (env, seat) baseline,
     which then moves toward each reward with decay 0.95, from 0, across batches."""
-
-    def game(rewards_and_seats):
-        return [
-            Trajectory(env_id="G", seed=i, group=i // 2, turn_rewards=[0.0, r],
-                       turn_infos=[{"seat": seat}, {"seat": seat}])
-            for i, (r, seat) in enumerate(rewards_and_seats)
-        ]  # fmt: skip
-
     rae = GroupAdvantages("rae", AdvantageSettings(rae_decay=0.95))
     first_batch = game([(1.0, 0), (0.0, 1), (-1.0, 0), (0.0, 1)])
     rae(rl_module=None, batch={}, episodes=first_batch)
@@ -236,6 +239,37 @@ def test_rae_subtracts_a_running_baseline_per_env_and_seat():
     assert second[0].turn_advantages == pytest.approx([1.0 - seat0] * 2)
     assert second[1].turn_advantages == pytest.approx([-1.0] * 2)
     assert ESTIMATORS["rae"].default_reward_norm is None  # no group baseline knobs
+
+
+def test_a_non_finite_reward_never_reaches_an_rae_baseline():
+    """A NaN reward gets advantage 0 and leaves its seat's baseline as it was: the
+    batches after it are scored as if it had not come."""
+    rae = GroupAdvantages("rae", AdvantageSettings(rae_decay=0.5))
+    first = game([(float("nan"), 0), (1.0, 0), (float("inf"), 1), (0.0, 1)])
+    rae(rl_module=None, batch={}, episodes=first)
+    assert [t.turn_advantages for t in first] == [[0.0] * 2, [1.0] * 2, [0.0] * 2, [0.0] * 2]
+    assert rae.role_baselines == {("G", 0): 0.5, ("G", 1): 0.0}
+    later = game([(1.0, 0), (1.0, 1)])
+    rae(rl_module=None, batch={}, episodes=later)
+    assert [t.turn_advantages for t in later] == [[0.5] * 2, [1.0] * 2]
+
+
+def test_rae_baselines_are_in_the_sample_stages_state():
+    """The pipeline's state (what a checkpoint saves) carries RAE's baselines; a new
+    pipeline given it scores the next batch as the old one does."""
+    config = tiny_config(advantage_estimator="rae")
+    stage = build_sample_pipeline(config)
+    stage(rl_module=None, batch={}, episodes=game([(1.0, 0), (0.0, 0), (-1.0, 1), (1.0, 1)]))
+    state = pickle.loads(pickle.dumps(stage.get_state()))
+    assert state == {"GroupAdvantages": {"role_baselines": [
+        ["G", 0, pytest.approx(0.0475)], ["G", 1, pytest.approx(0.0025)]]}}  # fmt: skip
+    restored = build_sample_pipeline(config)
+    restored.set_state(state)
+    a, b = game([(1.0, 0), (1.0, 1)]), game([(1.0, 0), (1.0, 1)])
+    stage(rl_module=None, batch={}, episodes=a)
+    restored(rl_module=None, batch={}, episodes=b)
+    assert [t.turn_advantages for t in b] == [t.turn_advantages for t in a]
+    assert b[0].turn_advantages == pytest.approx([1.0 - 0.0475] * 2)
 
 
 def test_state_seat_grouping_compares_a_seat_with_itself_in_its_state():

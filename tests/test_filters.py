@@ -93,6 +93,21 @@ def test_ties_keep_group_order_and_ids_need_not_be_contiguous():
     assert bool(filter_groups(flat, groups, "top_p", 0.9).keep.all())
 
 
+@pytest.mark.parametrize("strategy, value", [("top_k", 0.25), ("top_k_abs", 2), ("min_p", 0.5)])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_group_with_a_non_finite_reward_is_never_kept(strategy, value, bad):
+    """Its score is not finite; sorted, a NaN would come first and fill the kept share."""
+    rewards, groups = batch()
+    rewards[4 * 5] = bad  # group 5
+    for direction in ("largest", "smallest"):
+        result = filter_groups(rewards, groups, strategy, value, direction=direction)
+        chosen = set(groups[result.keep].tolist())
+        assert chosen and 5 not in chosen, (direction, chosen)
+    assert kept(strategy, value) == set(
+        groups[filter_groups(rewards, groups, strategy, value).keep].tolist()
+    )
+
+
 def test_in_group_std_and_num_groups_to_keep():
     std = in_group_std([1.0, 3.0, 5.0, 2.0], [4, 4, 4, 1])  # groups in id order: 1, 4
     assert std.tolist() == [0.0, pytest.approx(2.0)]  # sample std of 1, 3, 5

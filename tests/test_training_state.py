@@ -60,12 +60,13 @@ CONFIG = repr(
 
 @pytest.mark.slow
 def test_lifetime_counters_after_three_iterations_and_after_a_restore(tmp_path):
+    """RAE's estimator, so that its running baselines are part of what is restored."""
     script = f"""
 import json, ray
 from ragen_rllib.algorithms.starpo.starpo import StarPO
 from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
 ray.init(num_cpus=2, include_dashboard=False)
-algo = StarPOConfig.from_user_dict({CONFIG}).build_algo()
+algo = StarPOConfig.from_user_dict({{**{CONFIG}, "advantage_estimator": "rae"}}).build_algo()
 rows, totals = [], {{"turns": 0, "tokens": 0}}
 for _ in range(3):
     r = algo.train()
@@ -73,11 +74,14 @@ for _ in range(3):
                  "runner": r["env_runners"], "turns_mean": r["rollout"]["num_turns_mean"],
                  "tokens_mean": r["rollout"]["response_length_mean"]}})
 path = algo.save_to_path({str(tmp_path / "ckpt")!r})
+saved = algo._sample_stage.get_state()
 algo.stop()
 algo = StarPO.from_checkpoint(path)
+restored = algo._sample_stage.get_state()
 r = algo.train()
 after = {{"counters": r["counters"], "env_steps": r["num_env_steps_sampled_lifetime"]}}
-print(json.dumps({{"rows": rows, "after": after}}, default=float))
+print(json.dumps({{"rows": rows, "after": after, "saved": saved, "restored": restored}},
+                 default=float))
 """
     out = run_script(script, tmp_path, timeout=900)
     turns = tokens = 0
@@ -93,6 +97,9 @@ print(json.dumps({{"rows": rows, "after": after}}, default=float))
         runner = row["runner"]  # this iteration's sampling, from the env runner
         assert runner["generated_tokens"] == pytest.approx(new_tokens, abs=1)
         assert runner["rollout_time_s"] > 0 and runner["generated_tokens_per_s"] > 0
+    baselines = out["saved"]["GroupAdvantages"]["role_baselines"]
+    assert len(baselines) == 1, baselines  # one env, no seats
+    assert out["restored"] == out["saved"]  # RAE's baselines came back
     after = out["after"]["counters"]
     assert after["num_trajectories_lifetime"] == 24  # 3 x 6 before the restore, 6 after
     assert after["num_turns_lifetime"] > turns and out["after"]["env_steps"] > turns

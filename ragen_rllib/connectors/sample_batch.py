@@ -183,8 +183,19 @@ class GroupAdvantages(ConnectorV2):
         if self.estimator.needs_critic:
             raise ValueError(f"{estimator!r} needs a critic: its advantages are the learner's")
         self.settings, self.grouping = settings, grouping
-        #: RAE's running baseline per (env, seat), kept across batches
+        #: RAE's running baseline per (env, seat), kept across batches and in checkpoints
         self.role_baselines: dict[Any, float] = {}
+
+    def get_state(self, *args, **kwargs) -> dict[str, Any]:
+        """RAE's baselines as ``[env, seat, value]`` rows (empty for other estimators)."""
+        if not self.role_baselines:
+            return {}
+        rows = [[env, seat, value] for (env, seat), value in self.role_baselines.items()]
+        return {"role_baselines": rows}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        rows = state.get("role_baselines", [])
+        self.role_baselines = {(env, seat): float(value) for env, seat, value in rows}
 
     def _baseline_groups(self, trajectories: list[Trajectory]) -> list[Any]:
         if self.grouping == "batch":

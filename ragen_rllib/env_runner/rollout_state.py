@@ -14,6 +14,7 @@ values of ``context_window``:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,18 @@ def check_observation(obs: Any) -> None:
             f"the env returned an observation of type {type(obs).__name__}; a text env's "
             "reset() and step() must return str observations"
         )
+
+
+def finite_reward(reward: Any) -> float:
+    """The env's reward as a float; ValueError when it is not a finite number (a NaN
+    would spread through its group's baseline and every loss after it)."""
+    try:
+        value = float(reward)
+    except (TypeError, ValueError):
+        raise ValueError(f"the env returned a reward of type {type(reward).__name__}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"the env returned a reward of {value}: it must be a finite number")
+    return value
 
 
 class WholeHistory:

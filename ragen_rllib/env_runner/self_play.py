@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragen_rllib.env_runner.rollout_state import Rollout
+from ragen_rllib.env_runner.rollout_state import Rollout, finite_reward
 from ragen_rllib.env_runner.turns import Turns
 
 #: what a self-play env's unwrapped class must offer
@@ -146,7 +146,12 @@ def _settle(rollouts: list[Rollout], partner: dict, last_answer: dict) -> None:
             if other.traj.done:  # nothing of it to train
                 r.unplayable("env_error", "its game's other seat ended before its first move")
             continue
-        payoff = inner.settle()
+        try:
+            payoff = inner.settle()
+            payoff = None if payoff is None else finite_reward(payoff)
+        except Exception as err:  # noqa: BLE001 - a user's game must not kill the batch
+            r.unplayable("env_error", f"settle(): {type(err).__name__}: {err}")
+            continue
         if payoff is not None:
             r.traj.turn_rewards[-1] += payoff
             r.traj.turn_infos[-1] = {**r.traj.turn_infos[-1], **inner.result_info()}

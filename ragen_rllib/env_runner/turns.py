@@ -16,7 +16,13 @@ from typing import Any
 
 from ragen_rllib.chat.prompts import reasoning_length, render_turn, with_instructions
 from ragen_rllib.env_choice.env_loading import actions_left_of, success_of
-from ragen_rllib.env_runner.rollout_state import Rollout, WholeHistory, Window, check_observation
+from ragen_rllib.env_runner.rollout_state import (
+    Rollout,
+    WholeHistory,
+    Window,
+    check_observation,
+    finite_reward,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +84,12 @@ class Turns:
         try:
             obs, reward, term, trunc, info = roll.env.step(text)
             check_observation(obs)
+            reward = finite_reward(reward)
         except Exception as err:  # noqa: BLE001 - an env bug must not kill the batch
             traj.append_context(roll.chat.closing_ids(gen.ended_with_eos))
             roll.unplayable("env_error", f"step(): {type(err).__name__}: {err}")
             return None
-        traj.turn_rewards.append(float(reward))
+        traj.turn_rewards.append(reward)
         traj.turn_infos.append(info)
         traj.success = success_of(info, float(reward))
         if term or trunc or turn == roll.limit:

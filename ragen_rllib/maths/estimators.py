@@ -25,6 +25,7 @@ connector). No estimator needs both.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -136,14 +137,21 @@ def _gigpo(batch: TurnBatch, s: AdvantageSettings) -> list[list[float]]:
 
 def _rae(batch: TurnBatch, s: AdvantageSettings) -> list[list[float]]:
     """Role-conditioned advantages (SPIRAL's RAE): the reward minus a running baseline
-    of its env and seat, on every turn; after the batch each baseline moves toward
-    its rewards, ``b = decay * b + (1 - decay) * R`` per trajectory (from 0)."""
+    of its env and seat, on every turn. The whole batch is scored against the
+    baselines as they were before it; then each baseline moves toward the batch's
+    rewards one trajectory at a time, ``b = decay * b + (1 - decay) * R`` (from 0).
+    A non-finite reward gets advantage 0 and never reaches a baseline (one NaN would
+    make its seat's baseline NaN for the rest of the run)."""
     roles = batch.roles or [None] * len(batch.turn_rewards)
     baselines = batch.role_baselines if batch.role_baselines is not None else {}
     totals = batch.totals.tolist()
-    values = [r - baselines.get(role, 0.0) for r, role in zip(totals, roles, strict=True)]
+    values = [
+        r - baselines.get(role, 0.0) if math.isfinite(r) else 0.0
+        for r, role in zip(totals, roles, strict=True)
+    ]
     for r, role in zip(totals, roles, strict=True):
-        baselines[role] = s.rae_decay * baselines.get(role, 0.0) + (1 - s.rae_decay) * r
+        if math.isfinite(r):
+            baselines[role] = s.rae_decay * baselines.get(role, 0.0) + (1 - s.rae_decay) * r
     return _per_turn(values, batch)
 
 

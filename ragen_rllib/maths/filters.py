@@ -97,7 +97,10 @@ def select_groups(
     score = torch.as_tensor(score, dtype=torch.float64).reshape(-1)
     g = score.numel()
     keep = torch.zeros(g, dtype=torch.bool)
-    candidates = torch.arange(g) if include_zero else torch.nonzero(score > 0).flatten()
+    # A group whose score is not finite (a NaN reward) is never kept: sorted, a NaN
+    # would come first.
+    usable = torch.isfinite(score) & ((score >= 0) if include_zero else (score > 0))
+    candidates = torch.nonzero(usable).flatten()
     if candidates.numel() == 0:
         return keep
     cand_score = score[candidates]

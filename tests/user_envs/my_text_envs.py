@@ -37,11 +37,13 @@ class SayTheWord(gym.Env):
 
 
 class FlakySayTheWord(SayTheWord):
-    """SayTheWord that raises in reset() or step() for the seeds it is given, and starts
-    with a long observation (about 2,000 characters) for ``long_seeds``."""
+    """SayTheWord that raises in reset() or step() for the seeds it is given, returns a
+    NaN reward for ``nan_reward_seeds``, and starts with a long observation (about
+    2,000 characters) for ``long_seeds``."""
 
-    def __init__(self, fail_reset_seeds=(), fail_step_seeds=(), long_seeds=()):
+    def __init__(self, fail_reset_seeds=(), fail_step_seeds=(), long_seeds=(), nan_reward_seeds=()):
         super().__init__()
+        self.nan_reward_seeds = set(nan_reward_seeds)
         self.observation_space = gym.spaces.Text(4096, charset=string.printable)
         self.fail_reset_seeds = set(fail_reset_seeds)
         self.fail_step_seeds = set(fail_step_seeds)
@@ -60,7 +62,10 @@ class FlakySayTheWord(SayTheWord):
     def step(self, action: str):
         if self.seed_ in self.fail_step_seeds:
             raise ValueError(f"step failed for seed {self.seed_}")
-        return super().step(action)
+        obs, reward, term, trunc, info = super().step(action)
+        if self.seed_ in self.nan_reward_seeds:
+            reward = float("nan")
+        return obs, reward, term, trunc, info
 
 
 gym.register(id="SayTheWord-v0", entry_point=SayTheWord)

@@ -1,7 +1,8 @@
 """What a StarPO checkpoint holds beyond RLlib's: the rollout buffer, the lifetime
-counters, the seed stream's position, the policy version, the collapse watch and
-the global random generators; and the manifest of sizes and hashes that is written
-with every checkpoint and checked before any restore.
+counters, the seed stream's position, the policy version, the collapse watch, the
+sample stage's state (RAE's running baselines) and the global random generators;
+and the manifest of sizes and hashes that is written with every checkpoint and
+checked before any restore.
 
 A mixin of :class:`~ragen_rllib.algorithms.starpo.starpo.StarPO`.
 """
@@ -29,6 +30,7 @@ class CheckpointStateMixin:
         state["num_sample_calls"] = pending.call if pending else self._num_sample_calls
         state["policy_version"] = self._policy_version
         state["collapse_warning"] = self._collapse.get_state()
+        state["sample_stage"] = self._sample_stage.get_state()  # RAE's baselines
         # Sampling and minibatch order draw from explicitly seeded generators; the
         # global ones are saved too, for anything (a user's env, say) that uses them.
         state["rng_states"] = {
@@ -49,6 +51,8 @@ class CheckpointStateMixin:
             self._lifetime.update(state["lifetime_counters"])
         if "collapse_warning" in state:
             self._collapse.set_state(state["collapse_warning"])
+        if "sample_stage" in state:
+            self._sample_stage.set_state(state["sample_stage"])
         if "rng_states" in state:
             random.setstate(state["rng_states"]["python"])
             np.random.set_state(state["rng_states"]["numpy"])
