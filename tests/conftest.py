@@ -221,6 +221,20 @@ def run_bench(tmp: Path, script: str, *args: str, timeout: float = 600) -> Any:
     return json.loads(proc.stdout[proc.stdout.index("{") :])
 
 
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0, every: float = 0.05) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` seconds pass; whether it held.
+    For what a server does "soon": a slow machine only makes the wait longer, and what
+    never happens still fails, at ``timeout``."""
+    import time
+
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(every)
+    return True
+
+
 def first_adamw_step_bound(g, g_ref, p_ref, lr=1e-4, eps=1e-8):
     """How far apart two parameters may end after AdamW's first step from the same
     start, given their gradients ``g`` and ``g_ref`` (numpy arrays), entry by entry.

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
+from dataclasses import replace
 
 import httpx
 import openai
 import pytest
+from conftest import wait_for
 from transformers import AutoTokenizer
 
 from ragen_rllib.agents.gateway import Gateway, GatewayError, GatewayLimits
@@ -435,8 +436,9 @@ def test_stalled_connections_without_a_key_are_closed_and_an_agent_is_still_serv
     )
     assert out.choices[0].message.content is not None
     guarded.close(key)
-    time.sleep(2.5)
-    assert sum(_closed(s) for s in stalled) == 40
+    # Each is closed at its 1 s header deadline (or evicted at the cap before it): on a
+    # busy machine later, never not at all.
+    assert wait_for(lambda: all(_closed(s) for s in stalled)), sum(map(_closed, stalled))
     for s in stalled:
         s.close()
     evicted = guarded.counts["connections_evicted"] - before.get("connections_evicted", 0)
@@ -467,8 +469,20 @@ def test_a_body_that_does_not_arrive_gets_408_and_the_connection_closes(guarded)
 
 
 def test_a_key_holds_at_most_its_cap_of_requests_in_flight(guarded):
-    """Four requests of one key whose bodies are still coming: a fifth gets 429."""
-    key = guarded.open(traj())
+    """Four requests of one key whose bodies are still coming: a fifth gets 429. (A
+    server of its own whose body deadline holds them for a minute, so that the fifth
+    comes while they wait on any machine.)"""
+    patient = Gateway(guarded.engine, guarded.tokenizer, replace(GUARDED, body_timeout_s=60))
+    patient.base_url = patient.serve()
+    try:
+        _fifth_request_refused(patient)
+    finally:
+        patient.shutdown()
+
+
+def _fifth_request_refused(gateway: Gateway) -> None:
+    address = ("127.0.0.1", int(gateway.base_url.rsplit(":", 1)[1].split("/")[0]))
+    key = gateway.open(traj())
     head = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
         + key.encode()
@@ -476,21 +490,27 @@ def test_a_key_holds_at_most_its_cap_of_requests_in_flight(guarded):
     )
     slow = []
     for _ in range(GUARDED.max_requests_per_key):
-        sock = socket.create_connection(guarded.address, timeout=10)
+        sock = socket.create_connection(address, timeout=10)
         sock.sendall(head)
         slow.append(sock)
-    time.sleep(0.3)  # the server has read their headers
-    extra = httpx.post(
-        guarded.base_url + "/chat/completions",
-        headers={"Authorization": f"Bearer {key}"},
-        json={"model": "builtin", "messages": [{"role": "user", "content": "Go."}]},
-        timeout=10,
-    )
+    refused_before = gateway.counts["refused_429"]
+
+    def fifth():  # until the server has read the four's headers, the fifth is answered
+        return httpx.post(
+            gateway.base_url + "/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": "builtin", "messages": [{"role": "user", "content": "Go."}]},
+            timeout=30,
+        )
+
+    assert wait_for(lambda: fifth().status_code == 429, every=0.1)
+    assert gateway.counts["refused_429"] - refused_before >= 1
+    extra = fifth()  # the four are still held: refused again
     assert extra.status_code == 429, extra.text
     assert "x-should-retry" not in extra.headers  # one may be answered by then
     for sock in slow:
         sock.close()
-    guarded.close(key)
+    gateway.close(key)
 
 
 def test_refusals_a_retry_cannot_fix_are_not_retried_by_the_openai_client(guarded):

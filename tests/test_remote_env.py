@@ -226,15 +226,17 @@ def test_hostile_answers_leave_the_server_serving(servers, tmp_path):
 
 def test_a_dead_or_stuck_server_gives_remote_env_errors_not_hangs(tmp_path):
     server = serve(tmp_path, SOKOBAN)
-    remote = OpenEnvTextEnv(server.base, timeout_s=1.5, connect_timeout_s=2)
+    # A timeout far above a healthy call's time, and bounds far above the timeout: what
+    # is checked is that a stuck or dead server ends in an error, not in a hang.
+    remote = OpenEnvTextEnv(server.base, timeout_s=5, connect_timeout_s=5)
     try:
         remote.reset(seed=2)
         remote.step(ANSWERS[0])
         server.proc.send_signal(signal.SIGSTOP)  # alive, but answers nothing
         start = time.monotonic()
-        with pytest.raises(RemoteEnvError, match="did not answer within timeout_s=1.5"):
+        with pytest.raises(RemoteEnvError, match="did not answer within timeout_s=5"):
             remote.step(ANSWERS[0])
-        assert time.monotonic() - start < 4
+        assert time.monotonic() - start < 30
         server.proc.send_signal(signal.SIGCONT)
         with pytest.raises(RemoteEnvError, match="no episode"):
             remote.step(ANSWERS[0])  # the timed-out episode is not resumed
@@ -245,7 +247,7 @@ def test_a_dead_or_stuck_server_gives_remote_env_errors_not_hangs(tmp_path):
             remote.step(ANSWERS[0])
         with pytest.raises(RemoteEnvError, match="cannot reach"):
             remote.reset(seed=2)
-        assert time.monotonic() - start < 4
+        assert time.monotonic() - start < 30
         # Back on the same port: the lost episode is refused, a new one plays.
         server = serve(tmp_path, SOKOBAN, port=server.port)
         with pytest.raises(RemoteEnvError, match="no episode"):
