@@ -73,3 +73,23 @@ def test_no_progress_bars_restores_the_setting():
     with no_progress_bars():
         assert not hf_logging.is_progress_bar_enabled()
     assert hf_logging.is_progress_bar_enabled()
+
+
+def test_the_progress_line_shows_every_evaluation_suite(capsys):
+    """An evaluating iteration's line has the fixed states' success and each suite
+    env's; other iterations have no evaluation part."""
+    from ragen_rllib.cli.train import _print_progress
+
+    progress = _print_progress()
+    trial = type("Trial", (), {"trial_id": "t0"})()
+    suite = {"train": {"success_rate": 1.0}, "held_out": {"success_rate": 0.005},
+             "rev": {"success_rate": 0.0, "pass@4": 0.0}}  # fmt: skip
+    evaluation = {"success_rate": 0.996, "num_states": 256, "bandit": suite}
+    for result in ({"training_iteration": 19}, {"training_iteration": 20,
+                                                "evaluation": evaluation}):  # fmt: skip
+        progress.on_trial_result(0, [], trial, result)
+    lines = capsys.readouterr().out.splitlines()
+    assert "eval" not in lines[0]
+    assert lines[1].endswith(
+        " | eval success 0.996 (bandit: train 1.000, held_out 0.005, rev 0.000)"
+    ), lines[1]

@@ -80,6 +80,28 @@ def header(name: str, config, grid: dict, storage: str) -> str:
     return "\n".join(lines)
 
 
+def eval_summary(evaluation: dict) -> str:
+    """The progress line's evaluation part: the success on the fixed states and on each
+    env of each evaluation suite (``eval_suites``), "" in an iteration that did not
+    evaluate (``eval_interval``: the key is absent or NaN)."""
+    success = evaluation.get("success_rate", float("nan"))
+    if success != success:
+        return ""
+    parts = []
+    for suite, envs in evaluation.items():
+        if not isinstance(envs, dict):
+            continue
+        rates = [
+            f"{name} {m['success_rate']:.3f}"
+            for name, m in envs.items()
+            if isinstance(m, dict) and isinstance(m.get("success_rate"), int | float)
+        ]
+        if rates:
+            parts.append(f"{suite}: {', '.join(rates)}")
+    suites = f" ({'; '.join(parts)})" if parts else ""
+    return f" | eval success {success:.3f}{suites}"
+
+
 def _print_progress():
     from ray import tune
 
@@ -106,9 +128,7 @@ def _print_progress():
                 line += " (" + ", ".join(f"{n} {v:.2f}" for n, v in per_env.items()) + ")"
             # Evaluation runs every `eval_interval` iterations; between runs the
             # key is absent or NaN.
-            ev_success = ev.get("success_rate", float("nan"))
-            if ev_success == ev_success:
-                line += f" | eval success {ev_success:.3f}"
+            line += eval_summary(ev)
             timing = result.get("timing", {})
             if timing:
                 # Stage times: waiting for the sample, the update, the weight sync; the
