@@ -4,13 +4,17 @@ print their figures side by side.
     python bench/ab_refs.py --before d3922f9 --rounds 2 -- bench/bench_learner.py --repeats 3
     python bench/ab_refs.py --before d3922f9 --patch fix.diff -- bench/bench_rollout.py
 
+``bench/patches/`` keeps the patches that the docs' before/after tables name.
+
 Each round runs the benchmark once in the earlier commit's tree (a temporary git
 worktree) and once here, alternating, so slow drift of the machine's load falls on
 both sides alike. Each side runs its own copy of the benchmark script against its
 own package (``ragen_rllib`` and ``ragen_envs`` from that tree, ahead of the
-installed ones on ``PYTHONPATH``). The benchmark must end its output with a JSON
-object (every ``bench/`` script that prints figures does); each numeric figure is
-shown as the median over the rounds, before and after, with their ratio.
+installed ones on ``PYTHONPATH``), from the caller's directory: the script is named
+as a path inside this repository, the other arguments as the caller sees them. The
+benchmark must end its output with a JSON object (every ``bench/`` script that
+prints figures does); each numeric figure is shown as the median over the rounds,
+before and after, with their ratio.
 """
 
 from __future__ import annotations
@@ -50,9 +54,13 @@ def flatten(obj, prefix: str = "") -> dict[str, float]:
 
 
 def run_side(tree: Path, paths: Path, bench: list[str]) -> dict[str, float]:
+    """One run of the benchmark on ``tree``: that tree's copy of the script, from the
+    caller's directory, so that the arguments' relative paths (a config written
+    beside the caller, say) mean what they mean to the caller on both sides."""
     env = {**os.environ, "PYTHONPATH": str(paths)}
-    cmd = [sys.executable, str(tree / bench[0]), *bench[1:]]
-    done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+    script = tree / Path(bench[0]).resolve().relative_to(ROOT)
+    cmd = [sys.executable, str(script), *bench[1:]]
+    done = subprocess.run(cmd, cwd=os.getcwd(), env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{tree}: exit {done.returncode}\n{done.stderr[-2000:]}")
     return flatten(last_json(done.stdout))
