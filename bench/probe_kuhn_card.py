@@ -61,7 +61,7 @@ def first_turns(config, tokenizer, count: int, seed0: int):
     from ragen_rllib.env_choice.env_mix import format_of, mix_entries
     from ragen_rllib.env_runner.context_budget import first_prompt_ids
 
-    if config.self_play:
+    if config.self_play_used:
         raise SystemExit(
             "probe_kuhn_card.py reads a fixed-opponent example (self_play: false); "
             "the self-play examples' model is the same, give kuhn_poker_smollm2_cpu.yaml"

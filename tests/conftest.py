@@ -25,8 +25,8 @@ import pytest
 #: The smallest config most tests start from: the Bandit, one turn, 2 groups of 2.
 #: Tests that need other values pass them as overrides; tests that write YAML or a
 #: subprocess script take the plain dict from :func:`tiny_dict`. float32 on every
-#: machine (model_dtype's default, auto, takes bfloat16 where a CPU has it natively),
-#: so that the tests' tolerances hold everywhere.
+#: machine (model_dtype's default, auto, may take bfloat16 on a CPU that has it
+#: natively), so that the tests' tolerances hold everywhere.
 TINY: dict[str, Any] = {
     "env": "ragen/Bandit-v0",
     "llm": "builtin-raw",

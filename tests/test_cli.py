@@ -83,27 +83,37 @@ def test_header_warns_when_the_agents_gateway_binds_beyond_loopback(tmp_path):
         assert ("WARNING    the agents' gateway listens on 0.0.0.0" in text) == warned, text
 
 
-def test_model_dtype_auto_takes_bfloat16_only_where_it_is_native(monkeypatch):
-    """model_dtype: auto (the default) is bfloat16 where the learner's device computes
-    it natively, else float32; the engine follows unless engine_dtype is set."""
+def test_model_dtype_auto_takes_bfloat16_only_where_it_is_native_and_pays(monkeypatch):
+    """model_dtype: auto (the default) is float32 on a CPU without native bfloat16; with
+    it, bfloat16 only for a model at least 512 wide (the built-in model, 128 wide, ran
+    slower in bfloat16); the header's note says which and why; the engine follows
+    unless engine_dtype is set."""
     from ragen_rllib.algorithms.starpo.config import starpo_config
     from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
-    from ragen_rllib.models.runtime import native_bfloat16
+    from ragen_rllib.models.runtime import model_width, native_bfloat16
 
     assert native_bfloat16("cpu", {"avx2", "avx512f"}) is False
     assert native_bfloat16("cpu", {"avx512f", "avx512_bf16"}) is True
     assert native_bfloat16("cpu", {"amx_bf16", "amx_tile"}) is True
-    for native, dtype in ((False, "float32"), (True, "bfloat16")):
+    assert model_width("builtin") == 128  # read from the shipped model's config
+    for native, width, dtype, why in (
+        (False, 576, "float32", "this CPU has no native bfloat16 (AVX512-BF16 or AMX)"),
+        (True, 128, "float32", "the model is 128 wide: on a CPU bfloat16 pays from 512"),
+        (True, 576, "bfloat16", "native on this CPU, and the model is 576 wide"),
+        (True, None, "float32", "this model's config could not be read"),
+    ):  # fmt: skip
         monkeypatch.setattr(starpo_config, "native_bfloat16", lambda device, n=native: n)
+        monkeypatch.setattr(starpo_config, "model_width", lambda llm, w=width: w)
         config = StarPOConfig.from_user_dict({"env": "ragen/Bandit-v0"})
         assert config.model_dtype == "auto" and config.model_dtype_used == dtype
         assert config.engine_dtype_used == dtype
         assert config.llm_module_config()["dtype"] == dtype
-        assert dtype in config.dtype_note() and "auto" in config.dtype_note()
+        assert config.dtype_note().startswith(f"{dtype}: auto, {why}"), config.dtype_note()
         pinned = StarPOConfig.from_user_dict(
             {"env": "ragen/Bandit-v0", "model_dtype": "float32", "engine_dtype": "bfloat16"}
         )
         assert (pinned.model_dtype_used, pinned.engine_dtype_used) == ("float32", "bfloat16")
+        assert pinned.dtype_note() == "float32"
 
 
 def test_an_agents_trial_is_named_after_the_agent_not_the_unused_env():

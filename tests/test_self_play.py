@@ -228,13 +228,13 @@ def nim_module(tmp_path, monkeypatch):
 
 
 def test_a_pettingzoo_env_plays_both_seats(nim_module):
-    """env: nim_duel:env (PettingZoo's factory convention): its two agents are a
-    group's paired rollouts; rewards are the AEC env's, zero-sum at the end; its
-    instructions open each seat's first prompt."""
+    """env: nim_duel:env (PettingZoo's factory convention), self_play left out: its two
+    agents are a group's paired rollouts; rewards are the AEC env's, zero-sum at the
+    end; its instructions open each seat's first prompt."""
     assert "ragen" not in NIM_DUEL
     cfg = tiny_config(
-        env="nim_duel:env", self_play=True, group_size=4, max_turns=8, max_new_tokens=12,
-        llm="builtin", minibatch_size=4,
+        env="nim_duel:env", group_size=4, max_turns=8, max_new_tokens=12, llm="builtin",
+        minibatch_size=4,
     )  # fmt: skip
     cfg.validate()
     runner = LLMEnvRunner(config=cfg, worker_index=0)
@@ -295,16 +295,49 @@ def test_pooled_envs_start_each_call_afresh(nim_module):
     assert dropped >= 1
 
 
-def test_a_pettingzoo_env_without_self_play_is_refused(nim_module):
-    with pytest.raises(ValueError, match="trains with self_play: true"):
-        tiny_config(env="nim_duel:env").validate()
+def test_a_pettingzoo_factory_turns_self_play_on_and_the_header_says_why(nim_module, tmp_path):
+    """self_play null (the default) is on when env names a PettingZoo AEC env's factory,
+    off for any other env (a built-in game plays its fixed opponent); the header says
+    it is on and why."""
+    from ragen_rllib.cli.train import header
+    from ragen_rllib.env_choice.env_mix import mix_entries
+
+    game = dict(group_size=4, minibatch_size=4, max_turns=8)
+    cfg = tiny_config(env="nim_duel:env", **game)
+    assert cfg.self_play is None and cfg.self_play_used
+    cfg.validate()
+    assert mix_entries(cfg)[0].env_config == {"opponent": "self"}
+    text = header("nim", cfg, {}, str(tmp_path))
+    assert "  self-play  on (env nim_duel:env is a two-player PettingZoo AEC env)" in text
+    named = tiny_config(env="nim_duel:env", self_play=True, **game)
+    assert "  self-play  on (self_play: true)" in header("nim", named, {}, str(tmp_path))
+    for env in ("ragen/TicTacToe-v0", "ragen/Bandit-v0"):
+        off = tiny_config(env=env, **game)
+        assert not off.self_play_used and off.self_play_note() is None
+        assert "self-play" not in header("off", off, {}, str(tmp_path))
+
+
+def test_self_play_false_or_a_function_that_is_no_game_is_refused(nim_module):
+    with pytest.raises(
+        ValueError,
+        match=r"config self_play=False is invalid with env='nim_duel:env': .* plays only in "
+        r"self-play .*allowed: null \(the default: self-play, chosen from the env\) or true",
+    ):
+        tiny_config(env="nim_duel:env", self_play=False).check_values()
+    (nim_module / "no_game.py").write_text("def env(**kwargs):\n    return 'a string'\n")
+    with pytest.raises(
+        ValueError, match=r"config env='no_game:env' is invalid: .* no two-player AEC env"
+    ):
+        tiny_config(env="no_game:env", group_size=4, minibatch_size=4).check_values()
+    with pytest.raises(ValueError, match=r"config self_play=1 is invalid: must be null"):
+        tiny_config(env="ragen/TicTacToe-v0", self_play=1).check_values()
 
 
 @pytest.mark.slow
 def test_a_pettingzoo_env_trains_two_iterations(nim_module, tmp_path):
-    base = tiny_dict(
-        env="nim_duel:env", self_play=True, group_size=4, env_groups=2, max_turns=8,
-        max_new_tokens=12, minibatch_size=4,
+    base = tiny_dict(  # self_play left out: on for a PettingZoo factory
+        env="nim_duel:env", group_size=4, env_groups=2, max_turns=8, max_new_tokens=12,
+        minibatch_size=4,
     )  # fmt: skip
     fields = """{"trained": learner["num_module_steps_trained"], "loss": learner["total_loss"],
               "turns": r["rollout"]["num_turns_mean"], "errors": r["rollout"]["env_errors"]}"""

@@ -54,12 +54,14 @@ def header(name: str, config, grid: dict, storage: str) -> str:
             )
     else:
         playing, turns = config.env, f"K<={config.max_turns} turns"
+    self_play = config.self_play_note()  # None when off; else on, and why
     lines = [
         f"== {name}: StarPO on {playing} ==",
         f"  model      {config.llm} ({config.dtype_note()})",
         f"  batch      P={config.env_groups} groups x N={config.group_size} rollouts, "
         f"{turns}; {config.advantage_estimator}, "
         f"filter {config.filter_strategy} {config.filter_value_used:g}",
+        *([f"  self-play  {self_play}"] if self_play else []),
         f"  rollout    engine {config.engine} in "
         + (f"{runners} runner actor(s)" if runners else "the driver")
         + (", asynchronous" if config.async_rollouts else ""),

@@ -1,11 +1,13 @@
 """Finding and making the configured environment in every process that needs it.
 
-``env`` is a Gymnasium id of one of three kinds:
+``env`` is a Gymnasium id, a PettingZoo factory or a server:
 
 * a built-in id (``ragen/SimpleSokoban-v0``, ...), registered by ``ragen_envs``;
 * ``package.module:EnvId``, Gymnasium's own syntax: the module is imported,
   and is expected to register ``EnvId``;
 * an id that the module(s) named by ``env_module`` register on import;
+* ``module:factory`` naming a function that makes a two-player PettingZoo AEC env
+  (PettingZoo's ``env()`` convention), played in self-play (:func:`self_play_on`);
 * ``openenv+http://HOST:PORT``: an OpenEnv server (``python -m ragen_envs.remote.serve``
   or any other), played through :class:`ragen_envs.remote.OpenEnvTextEnv`, whose
   keyword arguments ``env_config`` holds (see docs/remote_envs.md).
@@ -99,10 +101,12 @@ def check_env(config: Any) -> None:
     import_env_modules(config)
     env_id = env.split(":", 1)[1] if ":" in env else env
     if _aec_factory(env) is not None:  # a PettingZoo AEC env's factory: self-play only
-        if not getattr(config, "self_play", False):
+        if getattr(config, "self_play", None) is False:
             raise ValueError(
-                f"config env={env!r} names a PettingZoo env factory: a two-player AEC env "
-                "trains with self_play: true (one policy in both seats)"
+                f"config self_play=False is invalid with env={env!r}: it names a PettingZoo "
+                "AEC env factory, and a two-player AEC env plays only in self-play (one "
+                "policy in both seats); allowed: null (the default: self-play, chosen from "
+                "the env) or true"
             )
         return
     if env_id not in gym.registry:
@@ -116,7 +120,7 @@ def check_env(config: Any) -> None:
             f"config env={env!r} is not a registered env id.{hint} Built-in ids: "
             f"{', '.join(ragen_envs.ENV_IDS)}; for your own env use 'module:EnvId' or "
             "name the module that registers it in `env_module` (a PettingZoo AEC env: "
-            "'module:env', its factory, with self_play: true)"
+            "'module:env', its factory)"
         )
 
 
@@ -180,6 +184,32 @@ def _aec_factory(env_id: str):
     except ImportError:
         return None
     return found if callable(found) and not isinstance(found, type) else None
+
+
+def names_aec_factory(env: Any) -> bool:
+    """Whether ``env`` is ``module:factory`` naming a PettingZoo AEC env's factory (a
+    function, not a registered id). A module that fails to import counts as no: the
+    env check (:func:`check_env`) reports its failure, naming the key."""
+    if not isinstance(env, str) or is_remote_id(env) or env.count(":") != 1:
+        return False
+    try:
+        importlib.import_module(env.split(":", 1)[0])  # it may register the id
+        return _aec_factory(env) is not None
+    except Exception:  # noqa: BLE001 - the user's module: check_env names the failure
+        return False
+
+
+def self_play_on(config: Any) -> bool:
+    """``self_play`` resolved: true or false as set; null (the default) is on when
+    ``env`` (no ``env_mix``) names a PettingZoo AEC env's factory, a two-player game
+    with no opponent of its own, so self-play is the only way it can run; off
+    otherwise (a built-in game then plays its fixed opponent)."""
+    value = getattr(config, "self_play", None)
+    if value is not None:
+        return bool(value)
+    return getattr(config, "env_mix", None) is None and names_aec_factory(
+        getattr(config, "env", None)
+    )
 
 
 # ----- the optional parts of the text protocol -------------------------------------

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ragen_rllib.chat.prompts import PROMPT_STYLES, PromptFormat, prompt_format
+from ragen_rllib.env_choice.env_loading import self_play_on
 from ragen_rllib.env_choice.eval_suites import EvalEnv, default_name
 
 #: The keys an ``env_mix`` entry may hold.
@@ -111,7 +112,7 @@ def mix_entries(config: Any) -> list[MixEntry]:
     if config.env_mix is None:
         name = default_name(config.env)
         env_config = dict(config.env_config or {})
-        if getattr(config, "self_play", False):  # the other seat is the policy itself
+        if self_play_on(config):  # the other seat is the policy itself
             env_config = {**env_config, "opponent": "self"}
         return [MixEntry(name, config.env, env_config, config.env_groups)]
     return parse_env_mix(config.env_mix)

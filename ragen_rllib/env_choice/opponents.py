@@ -126,7 +126,7 @@ def read_setup(config) -> OpponentSetup:
     ids = _ids(config.policies)
     if not all(isinstance(i, str) and i for i in ids):
         raise ValueError(f"config policies={ids!r} is invalid: policy ids must be strings")
-    if not config.self_play:
+    if not config.self_play_used:
         raise ValueError(
             f"config policies={sorted(ids)} is invalid without self_play: other policies play "
             "the other seat of a two-player game; set self_play: true"

@@ -164,7 +164,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         groups, so pass@k (each k in ``pass_k``) comes from each state's samples. In
         self-play the training env's states are played by both seats (twice the
         trajectories, a game per sample)."""
-        if self.config.self_play and env is None:  # both seats of each game: pairs
+        if self.config.self_play_used and env is None:  # both seats of each game: pairs
             samples_per_state *= 2
         seeds = [first_seed + i for i in range(num_states) for _ in range(samples_per_state)]
         states = [i for i in range(num_states) for _ in range(samples_per_state)]
@@ -305,7 +305,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         start = time.perf_counter()  # the envs' making counts (a remote one connects)
         entries = [env or entry_of_group(self._mix, g) for g in groups]
         envs = self._make_envs(entries)
-        self_play = cfg.self_play and is_self_play(envs)
+        self_play = cfg.self_play_used and is_self_play(envs)
         if self_play:  # the group's envs pair up, two seats of one game
             seat_envs(envs, groups)
         options = {} if reset_options is None else {"options": reset_options}  # curriculum

@@ -21,6 +21,9 @@ The engine and the learner call these before they run a model:
 - :func:`native_bfloat16`: whether this machine computes bfloat16 natively
   (a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX); a CPU
   without either emulates it, several times slower than float32.
+- :data:`BF16_MIN_HIDDEN`: native bfloat16 is not enough for it to pay on a CPU:
+  a narrow model's matrices are too small for the bfloat16 kernels to win back
+  what casting costs, so ``model_dtype: auto`` takes it only for wide models.
 """
 
 from __future__ import annotations
@@ -79,3 +82,26 @@ def native_bfloat16(device: str = "cpu", flags: set[str] | None = None) -> bool:
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     flags = cpu_flags() if flags is None else flags
     return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+#: On a CPU with native bfloat16, ``model_dtype: auto`` takes bfloat16 for models at
+#: least this wide (``hidden_size``). Measured on an AVX512-BF16 CPU: the built-in
+#: model (128 wide) ran 0.72x as fast in bfloat16, SmolLM2-135M (576) 1.38x; a narrow
+#: model's matrices are too small for the bfloat16 kernels to win back the casts.
+BF16_MIN_HIDDEN = 512
+
+
+@functools.cache
+def model_width(llm: str) -> int | None:
+    """The ``hidden_size`` of the model ``llm`` names (its config only, once per
+    process); None where its config cannot be read (a hub id not downloaded, say)."""
+    from transformers import AutoConfig
+
+    from ragen_rllib.models.resolve import resolve_model
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model(llm))
+    except (OSError, ValueError):
+        return None
+    width = getattr(config, "hidden_size", None)
+    return int(width) if isinstance(width, int) else None

@@ -56,7 +56,7 @@ def _check_estimator(config, bad) -> None:
             "advantage_estimator 'gae')",
         )
     if config.reward_norm_grouping == "state_seat":
-        if not config.self_play:
+        if not config.self_play_used:
             raise bad(
                 "reward_norm_grouping",
                 "'state_seat' groups a state's rollouts by their seat of a two-player game "
@@ -255,7 +255,7 @@ def check_values(config) -> None:
         env_checks.check_curriculum(config)
     if config.agent is not None or config.agent_tasks is not None:
         env_checks.check_agent(config)
-    if config.self_play:
+    if config.self_play_used:
         env_checks.check_self_play(config)
     check_unused_opponents(config)
 

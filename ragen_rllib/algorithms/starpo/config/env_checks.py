@@ -12,7 +12,12 @@ from typing import Any
 
 from ragen_rllib.agents.programs import SPLITS, load_callable, load_tasks, resolve_path
 from ragen_rllib.algorithms.starpo.config.knobs import KNOBS
-from ragen_rllib.env_choice.env_loading import check_env, make_env, make_eval_env
+from ragen_rllib.env_choice.env_loading import (
+    check_env,
+    make_env,
+    make_eval_env,
+    names_aec_factory,
+)
 from ragen_rllib.env_choice.env_mix import mix_entries, parse_env_mix
 from ragen_rllib.env_choice.eval_suites import resolve_suites
 from ragen_rllib.env_runner.curriculum import parse_curriculum
@@ -28,6 +33,11 @@ def check_env_mix(config) -> None:
             check_env(SimpleNamespace(env=entry.env, env_module=config.env_module))
         except ValueError as err:
             raise ValueError(f"config env_mix[{i}]: {err}") from None
+        if names_aec_factory(entry.env):
+            raise ValueError(
+                f"config env_mix[{i}]: env={entry.env!r} names a PettingZoo AEC env factory, "
+                "which plays only in self-play; self-play with env_mix is not supported yet"
+            )
     if config.env != entries[0].env:
         raise ValueError(
             f"config env={config.env!r} is invalid with env_mix: leave it out (it is the "
@@ -170,6 +180,12 @@ def check_self_play(config) -> None:
     else:
         why = ""
     if not getattr(env, "self_play", False):
+        if config.self_play is None:  # on because env names a function: say so
+            raise ValueError(
+                f"config env={config.env!r} is invalid: it names a function, which is read "
+                "as a PettingZoo AEC env's factory (self-play, self_play null), but it makes "
+                f"no two-player AEC env{why}"
+            )
         raise ValueError(
             f"config self_play is invalid with env={config.env!r}: it is no two-player game "
             "that one policy can play from both seats (ragen/TicTacToe-v0, "

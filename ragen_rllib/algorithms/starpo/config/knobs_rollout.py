@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ragen_rllib.algorithms.starpo.config.knob import RLLIB_OWN, Knob, knobs
 from ragen_rllib.algorithms.starpo.config.rules import (
-    boolean,
     checked_elsewhere,
     choice,
     custom,
@@ -18,7 +17,7 @@ from ragen_rllib.env_choice.eval_suites import BUILTIN_SUITES
 ENGINES = ("hf", "vllm")
 DTYPES = ("float32", "bfloat16")
 #: model_dtype's choices: a dtype, or "auto" (bfloat16 where the learner's device
-#: computes it natively, else float32: config.model_dtype_used)
+#: computes it natively and, on a CPU, the model is wide: config.model_dtype_used)
 MODEL_DTYPES = ("auto", *DTYPES)
 ROLLOUT_DEVICES = ("auto", "cpu", "cuda")
 WARMUP_THINK = ("filler", "state")
@@ -44,8 +43,9 @@ MODEL = knobs(
         "auto",
         choice(MODEL_DTYPES),
         "bfloat16: the learner computes in bfloat16 over float32 master weights; engines "
-        "and frozen copies hold bfloat16. auto: bfloat16 where the learner's device has "
-        "it natively (a GPU with bfloat16, a CPU with AVX512-BF16 or AMX), else float32",
+        "and frozen copies hold bfloat16. auto: bfloat16 on a GPU that has it natively, "
+        "and on a CPU with AVX512-BF16 or AMX for a model at least 512 wide (hidden_size; "
+        "narrower ones ran slower in bfloat16); else float32",
     ),
     K(
         "engine_dtype",
@@ -175,11 +175,16 @@ ROLLOUT = knobs(
     ),
     K(
         "self_play",
-        False,
-        boolean(),
+        None,
+        custom(
+            lambda v: v is None or isinstance(v, bool),
+            "must be null (on when env names a PettingZoo AEC env's factory, else off), "
+            "true, or false (not with such an env: it has no other way to play)",
+        ),
         "one policy plays both seats of a two-player game (ragen/TicTacToe-v0, "
-        "ragen/KuhnPoker-v0): a group's rollouts pair up, seat 0 and seat 1 of one game, "
-        "each seat's turns its own trajectory (docs/self_play.md)",
+        "ragen/KuhnPoker-v0, a PettingZoo AEC env named by its factory): a group's rollouts "
+        "pair up, seat 0 and seat 1 of one game, each seat's turns its own trajectory "
+        "(docs/self_play.md)",
         cross=True,
     ),
     K(

@@ -19,6 +19,7 @@ from ragen_rllib.algorithms.starpo.config.knobs import RLLIB_DEFAULTS, STARPO_DE
 from ragen_rllib.algorithms.starpo.config.yaml_front import config_from_user_dict
 from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.distributed.learner_group import build_learner_group
+from ragen_rllib.env_choice.env_loading import self_play_on
 from ragen_rllib.env_choice.opponents import (
     DEFAULT_POLICY_ID,
     OpponentSetup,
@@ -29,7 +30,7 @@ from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, Estimator
 from ragen_rllib.models.resolve import resolve_model
-from ragen_rllib.models.runtime import native_bfloat16
+from ragen_rllib.models.runtime import BF16_MIN_HIDDEN, model_width, native_bfloat16
 from ragen_rllib.models.warmup import model_path
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 from ragen_rllib.rl_module.packing import unsupported
@@ -109,24 +110,57 @@ class StarPOConfigBase(AlgorithmConfig):
 
     @property
     def model_dtype_used(self) -> str:
-        """``model_dtype``, with "auto" resolved for the learner's device: bfloat16 where
-        it computes bfloat16 natively (:func:`~ragen_rllib.models.runtime.native_bfloat16`;
-        a GPU learner seen from a process without a GPU counts as one that does), else
-        float32."""
+        """``model_dtype``, with "auto" resolved for the learner's device: on a GPU,
+        bfloat16 where it computes bfloat16 natively (a GPU learner seen from a process
+        without a GPU counts as one that does); on a CPU, bfloat16 where it has native
+        bfloat16 and the model is at least
+        :data:`~ragen_rllib.models.runtime.BF16_MIN_HIDDEN` wide; else float32."""
         if self.model_dtype != "auto":
             return self.model_dtype
-        gpu = (self.num_gpus_per_learner or 0) > 0
-        native = native_bfloat16("cuda") if gpu and torch.cuda.is_available() else gpu
-        return "bfloat16" if native or (not gpu and native_bfloat16("cpu")) else "float32"
+        return self._auto_dtype()[0]
+
+    def _auto_dtype(self) -> tuple[str, str]:
+        """What "auto" resolves to, and why (the header's note)."""
+        if (self.num_gpus_per_learner or 0) > 0:
+            native = native_bfloat16("cuda") if torch.cuda.is_available() else True
+            if native:
+                return "bfloat16", "the learner's GPU computes it natively"
+            return "float32", "the learner's GPU has no native bfloat16"
+        if not native_bfloat16("cpu"):
+            return "float32", "this CPU has no native bfloat16 (AVX512-BF16 or AMX)"
+        width = model_width(self.llm)
+        if width is None:
+            return "float32", "this model's config could not be read for its width"
+        if width >= BF16_MIN_HIDDEN:
+            return "bfloat16", (
+                f"native on this CPU, and the model is {width} wide (bfloat16 pays on a CPU "
+                f"from {BF16_MIN_HIDDEN})"
+            )
+        return "float32", (
+            f"the model is {width} wide: on a CPU bfloat16 pays from {BF16_MIN_HIDDEN} "
+            "(measured slower on narrower models)"
+        )
 
     def dtype_note(self) -> str:
         """The model's dtype as the run's header shows it, with why when it was chosen."""
-        dtype = self.model_dtype_used
         if self.model_dtype != "auto":
-            return dtype
-        if dtype == "bfloat16":
-            return "bfloat16: auto, the learner's device computes it natively"
-        return "float32: auto, no native bfloat16 on the learner's device"
+            return self.model_dtype
+        dtype, why = self._auto_dtype()
+        return f"{dtype}: auto, {why}"
+
+    @property
+    def self_play_used(self) -> bool:
+        """``self_play``, with null resolved from the env: on when ``env`` names a
+        PettingZoo AEC env's factory (:func:`~ragen_rllib.env_choice.env_loading.self_play_on`)."""
+        return self_play_on(self)
+
+    def self_play_note(self) -> str | None:
+        """Self-play as the run's header shows it, with why it is on; None when off."""
+        if not self.self_play_used:
+            return None
+        if self.self_play is None:
+            return f"on (env {self.env} is a two-player PettingZoo AEC env)"
+        return "on (self_play: true)"
 
     def learner_passes(self) -> str:
         """How the learner runs a micro-batch's rows, as the run's header shows it: packed,
