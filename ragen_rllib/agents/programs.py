@@ -47,6 +47,7 @@ from ragen_rllib.agents.outcomes import (  # noqa: F401 - agent_outcome is part 
     ended_by,
     failed,
 )
+from ragen_rllib.records.metrics import ENV_RUNNERS, run_log
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -266,7 +267,7 @@ class AgentRollouts:
             generated = sum(t.response_tokens for t in trajs)
             log_sampling(time.perf_counter() - start, generated, reused_before)
             for name, value in out.items():
-                metrics.log_value(("agents", name), value, window=1)
+                run_log(metrics, ("agents", name), value, window=1, under=ENV_RUNNERS)
         return trajs
 
     def shutdown(self) -> None:

@@ -25,6 +25,7 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, TurnBatch
 from ragen_rllib.maths.filters import filter_groups
+from ragen_rllib.records.metrics import run_log, run_log_dict
 from ragen_rllib.records.trajectory import Trajectory, env_name
 
 
@@ -51,7 +52,7 @@ class DropEnvErrorGroups(ConnectorV2):
         failed = [t for t in trajectories if t.unplayable]
         bad_groups = {t.group for t in failed}
         if metrics is not None:
-            metrics.log_value(("rollout", "env_error_groups_dropped"), len(bad_groups), window=1)
+            run_log(metrics, ("rollout", "env_error_groups_dropped"), len(bad_groups), window=1)
         if not failed:
             return batch
         share = len(failed) / len(trajectories)
@@ -92,7 +93,8 @@ class OverlongPenalty(ConnectorV2):
                     penalised, total = penalised + 1, total + value
         if metrics is not None:
             turns = max(1, sum(t.num_turns for t in episodes))
-            metrics.log_dict(
+            run_log_dict(
+                metrics,
                 {"penalised_turn_share": penalised / turns, "penalty_mean": total / turns},
                 key="overlong",
                 window=1,
@@ -142,7 +144,8 @@ class RolloutFilter(ConnectorV2):
             std_before += result.std_before * result.groups_before
             std_after += result.std_after * result.groups_after
         if metrics is not None:
-            metrics.log_dict(
+            run_log_dict(
+                metrics,
                 {
                     "kept_fraction": len(kept) / len(trajectories),
                     "groups_kept": after,

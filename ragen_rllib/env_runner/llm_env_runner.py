@@ -51,6 +51,7 @@ from ragen_rllib.env_runner.turns import Turns
 from ragen_rllib.maths.seeding import mix_seed, training_group_seeds
 from ragen_rllib.models.lora import AdapterMerger, LoraSettings
 from ragen_rllib.models.warmup import model_path
+from ragen_rllib.records.metrics import ENV_RUNNERS, run_log
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         trim_host_heap()  # the batch's keys and values, freed (distributed/host_memory.py)
         self.num_env_steps_sampled_lifetime += sum(len(t) for t in trajs)
         self.num_groups_sampled += len(group_seeds)
-        self.metrics.log_value("num_groups_sampled_lifetime", self.num_groups_sampled, window=1)
+        self._log("num_groups_sampled_lifetime", self.num_groups_sampled, window=1)
         return trajs
 
     def training_group_seeds(self, call: int) -> tuple[list[int], int]:
@@ -181,9 +182,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         done = self.engine.release()
         if self._opponents is not None:
             self._opponents.release()
-        self.metrics.log_value(("engine", "releases"), 1, reduce="sum")
+        self._log(("engine", "releases"), 1, reduce="sum")
         if done != "slept":
-            self.metrics.log_value(("engine", "sleeps_skipped"), 1, reduce="sum")
+            self._log(("engine", "sleeps_skipped"), 1, reduce="sum")
         return done
 
     def get_metrics(self) -> dict[str, Any]:
@@ -211,7 +212,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         self.set_state(ray.get(refs[0]))
         self.engine.clear_cache()  # the cached prompts were encoded by the old weights
         self._version_from_mailbox = version
-        self.metrics.log_value("weights_loaded_mid_sample", 1, reduce="sum")
+        self._log("weights_loaded_mid_sample", 1, reduce="sum")
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Counters from a checkpoint, and/or the actor's weights (pushed by the algorithm,
@@ -235,7 +236,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             self.engine.load_weights(weights, version)
             if self._opponents is not None:
                 self._opponents.record(weights, version)
-            self.metrics.log_value("weights_load_s", time.perf_counter() - start, window=1)
+            self._log("weights_load_s", time.perf_counter() - start, window=1)
         self._num_sample_calls = int(state.get("num_sample_calls", self._num_sample_calls))
         self.num_env_steps_sampled_lifetime = int(
             state.get("num_env_steps_sampled_lifetime", self.num_env_steps_sampled_lifetime)
@@ -363,7 +364,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
             self._opponents.clear_caches()
             if log_metrics:
                 for key, value in self._opponents.metrics().items():
-                    self.metrics.log_value(key, value, window=1)
+                    self._log(key, value, window=1)
             return self._opponents.kept(rollouts)  # the trained policy's trajectories
         return [r.traj for r in rollouts]
 
@@ -371,10 +372,14 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         engine = self.engine if policy is None else self._opponents.engine(policy)
         return engine.generate(prompts, params, seed=seed + offset, cache_keys=keys)
 
+    def _log(self, key: str | tuple[str, ...], value, **kwargs) -> None:
+        """Log a declared metric (``env_runners/<key>`` in the algorithm's result)."""
+        run_log(self.metrics, key, value, under=ENV_RUNNERS, **kwargs)
+
     def _log_sampling(self, elapsed: float, generated: int, reused_before: int) -> None:
-        self.metrics.log_value("rollout_time_s", elapsed, window=1)
-        self.metrics.log_value("generated_tokens", generated, window=1)
-        self.metrics.log_value("generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1)
+        self._log("rollout_time_s", elapsed, window=1)
+        self._log("generated_tokens", generated, window=1)
+        self._log("generated_tokens_per_s", generated / max(elapsed, 1e-9), window=1)
         # Prompt tokens the engine took from its prefix cache instead of encoding.
         reused = self.engine.prompt_tokens_reused - reused_before
-        self.metrics.log_value("prompt_tokens_reused", reused, window=1)
+        self._log("prompt_tokens_reused", reused, window=1)

@@ -23,6 +23,7 @@ from ray.rllib.utils.metrics import NUM_MODULE_STEPS_TRAINED, NUM_MODULE_STEPS_T
 
 from ragen_rllib.distributed.host_memory import trim_host_heap
 from ragen_rllib.maths.batching import minibatch_plan, num_minibatches
+from ragen_rllib.records.metrics import LEARNERS, run_log
 
 
 class TrajectoryMinibatches:
@@ -138,4 +139,4 @@ class TrajectoryMinibatchesMixin:
                 ((ALL_MODULES, NUM_MODULE_STEPS_TRAINED), "sum"),
                 ((ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), "lifetime_sum"),
             ):
-                self.metrics.log_value(key, extra, reduce=reduce)
+                run_log(self.metrics, key, extra, reduce=reduce, under=LEARNERS)

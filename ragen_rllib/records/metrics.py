@@ -2,11 +2,15 @@
 reduce over a minibatch's micro-batches and over the learners.
 
 One declaration serves every reader: the learner's logging (:func:`learner_log`
-and :func:`~ragen_rllib.learner.loss.minibatch_logs`), the reduction over learners
-(RLlib merges what each learner logged by the reduction declared here), and the
-generated tables in ``docs/metrics.md`` (:func:`metrics_table`,
-:func:`run_metrics_tables`, kept current by the suite) and ``rllib report``'s
-panels (each panel plots declared metrics, its axis labelled with their unit).
+and :func:`~ragen_rllib.learner.loss.minibatch_logs`), the driver's and the env
+runners' logging (:func:`run_log`, :func:`run_log_dict`, :func:`run_log_time`),
+the reduction over learners (RLlib merges what each learner logged by the
+reduction declared here), and the generated tables in ``docs/metrics.md``
+(:func:`metrics_table`, :func:`run_metrics_tables`, kept current by the suite) and
+``rllib report``'s panels (each panel plots declared metrics, its axis labelled
+with their unit). Every logging call refuses an undeclared key with a KeyError
+that says where to declare it; the suite checks that no code in the package
+logs to RLlib's ``MetricsLogger`` past these helpers.
 The learners' metrics (``learners/<module id>/``) carry their reductions; the
 driver's (:data:`RUN_METRICS`: ``rollout/``, ``filter/``, ``collapse/``, ...) are
 logged once per iteration by the driver and reduce over nothing.
@@ -190,7 +194,8 @@ _RUN_ROWS = (
     ("collapse/conditional_entropy", "H(reasoning | prompt) per reasoning token", "nats"),
     ("collapse/retrieval_acc_at_1", "share of reasonings whose own prompt scores them "
      "best", ""),
-    ("collapse/retrieval_acc_at_3", "... among the 3 best", ""),
+    ("collapse/retrieval_acc_at_*", "... among the k best (k 3, or the number of pairs "
+     "when fewer)", ""),
     ("collapse/retrieval_chance", "retrieval_acc_at_1 of a random guess", ""),
     ("collapse/mi_iteration", "the iteration the MI figures were measured at", "iteration"),
     ("collapse/mi_samples", "prompt-reasoning pairs the MI figures used", "pairs"),
@@ -209,8 +214,19 @@ _RUN_ROWS = (
     ("timing/iteration_s", "wall time since the previous iteration ended", "s"),
     ("timing/runner_idle_share", "share of the iteration the runners were idle", ""),
     ("timing/learner_idle_share", "share of the iteration the learners were idle", ""),
-    ("timers/*", "mean time of a stage (sampling, update, sync, evaluation)", "s"),
-    ("timers/connectors/*", "mean time of each sample-batch connector", "s"),
+    # The stages the training step times (RLlib's Algorithm adds timers of its own,
+    # training_iteration, training_step, ..., which are RLlib's to document).
+    ("timers/env_runner_sampling_timer", "mean time of the sampling stage (the request "
+     "and the wait for the runners' batch)", "s"),
+    ("timers/learner_update_timer", "mean time of the learner update", "s"),
+    ("timers/synch_weights", "mean time of the weight sync to the runners", "s"),
+    ("timers/evaluation", "mean time of an evaluation (eval_interval)", "s"),
+    ("timers/engine_release", "mean time the engine beside the learner took to free its "
+     "memory for the update (engine_sleep_level)", "s"),
+    ("timers/rollout_dump", "mean time of writing a rollout dump (rollout_dump_interval)",
+     "s"),
+    ("timers/connectors/*", "mean time of each sample-batch connector (timed by RLlib's "
+     "connector pipeline)", "s"),
     ("env_runners/rollout_time_s", "the runners' time sampling", "s"),
     ("env_runners/generated_tokens", "tokens the runners generated", "tokens"),
     ("env_runners/generated_tokens_per_s", "their generation rate", "tokens/s"),
@@ -230,6 +246,24 @@ _RUN_ROWS = (
      "answer_edited, template_rerendered)", "trajectories"),
     ("env_runners/weights_loaded_mid_sample", "weight loads inside a sample "
      "(partial_rollouts)", "loads"),
+    ("env_runners/engine/releases", "times the engine beside the learner freed its memory "
+     "for an update (engine_sleep_level), since the runner's previous sample", "releases"),
+    ("env_runners/engine/sleeps_skipped", "releases that left the memory as it was (level 1 "
+     "with the weights in host memory already, or an engine that cannot release it)",
+     "releases"),
+    ("env_runners/opponent/snapshots_kept", "snapshots of the trained weights the opponent "
+     "policies draw from (policies with opponents)", "snapshots"),
+    ("env_runners/opponent/snapshot_version_mean", "mean weight update of the snapshots "
+     "the sample's opponents played (0: the start's weights)", "updates"),
+    ("curriculum/stage", "the curriculum stage (its index in curriculum) of the sampling "
+     "call that drew the batch", "stage"),
+    # RLlib's own counters, which the project logs or tops up with its own meaning.
+    ("num_env_steps_sampled_lifetime", "turns sampled so far (a turn is one env step)",
+     "turns"),
+    ("learners/*/num_module_steps_trained", "rows trained in the iteration, a row counted "
+     "once per epoch (RLlib's counter, topped up for the epochs after the first)", "rows"),
+    ("learners/*/num_module_steps_trained_lifetime", "the same, summed over the run",
+     "rows"),
 )  # fmt: skip
 
 #: Every metric the driver logs, by key pattern ("*" is one key segment, or part of one).
@@ -256,6 +290,84 @@ def declared_metric(key: str) -> Metric | None:
         ):
             return metric
     return None
+
+
+#: Where a logger's results land in the algorithm's result: a runner's own logger
+#: under RLlib's ENV_RUNNER_RESULTS, a learner's under LEARNER_RESULTS. The driver
+#: merges those results as they come (:func:`run_aggregate`), their keys checked
+#: where they were logged.
+ENV_RUNNERS, LEARNERS = "env_runners", "learners"
+
+
+def _key_path(*parts: str | tuple[str, ...] | None) -> str:
+    """A result key as ``declared_metric`` reads it: the parts joined by "/"."""
+    names: list[str] = []
+    for part in parts:
+        if part:
+            names += [part] if isinstance(part, str) else list(part)
+    return "/".join(names)
+
+
+def _leaf_keys(values: dict, prefix: str) -> list[str]:
+    """Every leaf of a (possibly nested) dict, as a full result key."""
+    out = []
+    for name, value in values.items():
+        key = _key_path(prefix, str(name))
+        out += _leaf_keys(value, key) if isinstance(value, dict) else [key]
+    return out
+
+
+def _check_declared(key: str) -> None:
+    """Refuse an undeclared result key, saying where to declare it."""
+    if declared_metric(key) is None:
+        raise KeyError(
+            f"metric {key!r} is not declared; add it to _RUN_ROWS (or _TRAJECTORY_ROWS "
+            "for a batch statistic) in ragen_rllib/records/metrics.py"
+        )
+
+
+def run_log(
+    metrics_logger, key: str | tuple[str, ...], value, *, under: str = "", **kwargs
+) -> None:
+    """``metrics_logger.log_value(key, value, **kwargs)`` (RLlib's reduce, window, ...)
+    for a declared metric. ``under``: where the logger's results land in the
+    algorithm's result (:data:`ENV_RUNNERS` for a runner's own logger), so that the
+    full key is the one checked."""
+    _check_declared(_key_path(under, key))
+    metrics_logger.log_value(key, value, **kwargs)
+
+
+def run_log_dict(
+    metrics_logger,
+    values: dict,
+    *,
+    key: str | tuple[str, ...] | None = None,
+    under: str = "",
+    **kwargs,
+) -> None:
+    """``metrics_logger.log_dict(values, key=key, **kwargs)``, every leaf declared
+    (under ``key``, which prefixes them)."""
+    for full in _leaf_keys(values, _key_path(under, key)):
+        _check_declared(full)
+    metrics_logger.log_dict(values, key=key, **kwargs)
+
+
+def run_log_time(metrics_logger, key: str | tuple[str, ...], *, under: str = "", **kwargs):
+    """``metrics_logger.log_time(key, **kwargs)`` (a context manager) for a declared timer."""
+    _check_declared(_key_path(under, key))
+    return metrics_logger.log_time(key, **kwargs)
+
+
+def run_aggregate(metrics_logger, results: list[dict], *, key: str) -> None:
+    """Merge the runners' or the learners' reduced results under ``key``: only those
+    two, whose keys were checked where they were logged (:func:`run_log` with
+    ``under=ENV_RUNNERS``, :func:`learner_log`)."""
+    if key not in (ENV_RUNNERS, LEARNERS):
+        raise KeyError(
+            f"results merged under {key!r} are checked nowhere; log them with run_log "
+            "(ragen_rllib/records/metrics.py)"
+        )
+    metrics_logger.aggregate(results, key=key)
 
 
 def run_metrics_tables() -> str:

@@ -22,6 +22,7 @@ from ray.rllib.utils.metrics import LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFET
 
 from ragen_rllib.algorithms.starpo.collapse import diversity_metrics
 from ragen_rllib.env_runner.metrics import by_env, rollout_metrics
+from ragen_rllib.records.metrics import run_log, run_log_dict
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -55,21 +56,22 @@ class RunMetricsMixin:
     def _log_rollout(self, trajs: list[Trajectory]) -> None:
         """A fresh batch's rollout, diversity and (every collapse_metrics_interval)
         information metrics, and the lifetime counters."""
-        self.metrics.log_dict(rollout_metrics(trajs), key="rollout", window=1)
+        run_log_dict(self.metrics, rollout_metrics(trajs), key="rollout", window=1)
         if len(self._mix) > 1:  # every rollout metric per env of the mixture too
             for name, part in by_env(trajs).items():
-                self.metrics.log_dict(rollout_metrics(part), key=("rollout", name), window=1)
-        self.metrics.log_dict(diversity_metrics(trajs), key="collapse", window=1)
+                run_log_dict(self.metrics, rollout_metrics(part), key=("rollout", name), window=1)
+        run_log_dict(self.metrics, diversity_metrics(trajs), key="collapse", window=1)
         every = self.config.collapse_metrics_interval
         if every and self.training_iteration % every == 0:
             iteration = self.training_iteration + 1
             info = self._collapse.information(self.learner_group, trajs, iteration)
-            self.metrics.log_dict(info, key="collapse", window=1)
+            run_log_dict(self.metrics, info, key="collapse", window=1)
         self._count(trajs)
 
     def _log_freshness(self, batch: list[Trajectory]) -> None:
         buf = self._buffer
-        self.metrics.log_dict(
+        run_log_dict(
+            self.metrics,
             {
                 "batch_uses": max((t.uses for t in batch), default=0),
                 "policy_lag_mean": float(np.mean([t.policy_lag for t in batch])) if batch else 0.0,
@@ -89,7 +91,8 @@ class RunMetricsMixin:
         now = time.perf_counter()
         prev, self._last_step_end = self._last_step_end, now
         span = now - (prev if prev is not None else times.start)
-        self.metrics.log_dict(
+        run_log_dict(
+            self.metrics,
             {
                 "sample_wait_s": times.waited,
                 "rollout_s": times.busy,
@@ -113,15 +116,14 @@ class RunMetricsMixin:
         }
         for key, value in counts.items():
             self._lifetime[key] += value
-        self.metrics.log_dict(
+        run_log_dict(
+            self.metrics,
             {f"{key}_lifetime": value for key, value in self._lifetime.items()},
             key="counters",
             window=1,
         )
         # A turn is one env step.
-        self.metrics.log_value(
-            NUM_ENV_STEPS_SAMPLED_LIFETIME, self._lifetime["num_turns"], window=1
-        )
+        run_log(self.metrics, NUM_ENV_STEPS_SAMPLED_LIFETIME, self._lifetime["num_turns"], window=1)
 
     def _watch_for_collapse(self) -> None:
         """Feed this update's signals to the early warning; log it, and act on it as
@@ -138,7 +140,7 @@ class RunMetricsMixin:
             peek(*learner, "gradients_actor_global_norm"),
             peek(*learner, "entropy"),
         )
-        self.metrics.log_dict(metrics, key="collapse", window=1)
+        run_log_dict(self.metrics, metrics, key="collapse", window=1)
         if reason is None:
             return
         iteration = self.training_iteration + 1

@@ -38,6 +38,7 @@ from ragen_rllib.distributed.mailbox import WeightMailbox
 from ragen_rllib.distributed.wire import to_wire
 from ragen_rllib.env_runner.curriculum import stage_at
 from ragen_rllib.maths.seeding import training_group_seeds
+from ragen_rllib.records.metrics import run_aggregate, run_log
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -197,10 +198,10 @@ class SamplingMixin:
                     "attempts: env runners keep failing (see their logs)"
                 )
         if runner_metrics:
-            self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+            run_aggregate(self.metrics, runner_metrics, key=ENV_RUNNER_RESULTS)
         if self._curriculum:  # the stage of the call that drew this batch
             stage, _ = stage_at(self._curriculum, request.call)
-            self.metrics.log_value(("curriculum", "stage"), stage, window=1)
+            run_log(self.metrics, ("curriculum", "stage"), stage, window=1)
         trajs = [t for key in sorted(request.results) for t in request.results[key]]
         return trajs, sum(busy_s) / max(1, len(request.shares))
 

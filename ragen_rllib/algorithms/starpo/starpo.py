@@ -58,6 +58,7 @@ from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.maths.batching import num_minibatches, shard_trajectories
 from ragen_rllib.maths.seeding import mix_seed
 from ragen_rllib.models.warmup import model_path
+from ragen_rllib.records.metrics import run_aggregate, run_log, run_log_dict, run_log_time
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         cfg = self.config
         if self._dumper is None or not dump_due(iteration, cfg.rollout_dump_interval, cfg.online_k):
             return
-        with self.metrics.log_time((TIMERS, "rollout_dump")):
+        with run_log_time(self.metrics, (TIMERS, "rollout_dump")):
             self._dumper.dump(sampled, kept, iteration, self._policy_version)
 
     def cleanup(self) -> None:
@@ -152,7 +153,7 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         learners = max(1, cfg.num_learners)
         if batch and self._no_signal(batch):
             # No policy-gradient signal in the whole batch: no optimizer step at all.
-            self.metrics.log_value(("rollout", "zero_advantage_batches"), 1, reduce="sum")
+            run_log(self.metrics, ("rollout", "zero_advantage_batches"), 1, reduce="sum")
         elif len(batch) >= learners:
             times.update, times.sync = self._update_and_sync(batch)
             self._watch_for_collapse()
@@ -165,15 +166,15 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
                 len(batch),
                 learners,
             )
-            self.metrics.log_value(("rollout", "empty_batches"), 1, reduce="sum")
+            run_log(self.metrics, ("rollout", "empty_batches"), 1, reduce="sum")
         self._log_timing(times)
         if cfg.eval_interval and (self.training_iteration + 1) % cfg.eval_interval == 0:
-            with self.metrics.log_time((TIMERS, "evaluation")):
-                self.metrics.log_dict(self.evaluate_all(), key="evaluation", window=1)
+            with run_log_time(self.metrics, (TIMERS, "evaluation")):
+                run_log_dict(self.metrics, self.evaluate_all(), key="evaluation", window=1)
 
     def _sample_fresh(self, times: StepTimes) -> list[Trajectory]:
         """The runners' next batch (launched now unless already in flight), logged."""
-        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+        with run_log_time(self.metrics, (TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             if self._request is None:
                 self._launch_sample()
             wait_start = time.perf_counter()
@@ -224,7 +225,8 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
                 self.iteration + 1,
                 calls + 1,
             )
-        self.metrics.log_dict(
+        run_log_dict(
+            self.metrics,
             {"extra_calls": calls, "groups_with_spread": held,
              "nonfinite_groups": nonfinite,
              "short": int(held < cfg.dynamic_sampling_groups)},
@@ -253,9 +255,9 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
         if self.env_runner is not None and self.env_runner.engine.sleep_level:
             # The engine beside the learner frees its memory for the update; the
             # weights pushed after it wake the engine (engine_sleep_level).
-            with self.metrics.log_time((TIMERS, "engine_release")):
+            with run_log_time(self.metrics, (TIMERS, "engine_release")):
                 self.env_runner.release_engine()
-        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+        with run_log_time(self.metrics, (TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
                 **self._shard(batch),
                 num_epochs=self.config.num_epochs,
@@ -263,10 +265,10 @@ class StarPO(SamplingMixin, RunMetricsMixin, EvaluationMixin, CheckpointStateMix
                 shuffle_batch_per_epoch=self.config.shuffle_batch_per_epoch,
                 plan_seed=mix_seed(self.config.seed, self._policy_version),
             )
-            self.metrics.aggregate(results, key=LEARNER_RESULTS)
+            run_aggregate(self.metrics, results, key=LEARNER_RESULTS)
         self._policy_version += 1
         mid = time.perf_counter()
-        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+        with run_log_time(self.metrics, (TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             # Asynchronous: the weights queue behind the runners' current sample and
             # reach them before their next one; synchronous: wait until loaded.
             self._push_weights(wait=not self.config.async_rollouts)
