@@ -14,6 +14,7 @@ dropped from the update as an env error's is.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -21,6 +22,16 @@ from typing import Any
 from ragen_rllib.chat.prompts import ChatFormat, render_turn, with_instructions
 from ragen_rllib.env_choice.env_loading import actions_left_of, make_eval_env
 from ragen_rllib.env_choice.env_mix import format_of, mix_entries
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(model_path: str) -> Any:
+    """The tokenizer of a local model folder, read once per process: a grid's points,
+    and the plan's note after the checks, need the same one (SmolLM2's takes 0.2 s to
+    read). Only read from here: nothing changes it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
 
 
 def check_context_budget(config: Any, model_path: str) -> None:
@@ -38,9 +49,7 @@ def check_context_budget(config: Any, model_path: str) -> None:
             f"config max_context_tokens={bound} is invalid: the model ({config.llm!r}) has "
             f"max_position_embeddings={positions}; allowed: <= {positions}"
         )
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = _tokenizer(model_path)
     for entry in mix_entries(config):
         tokens = len(first_prompt_ids(entry, config, tokenizer)[0])
         if tokens + config.max_new_tokens > bound:
@@ -78,11 +87,9 @@ def shared_prompt_tokens(config: Any, model_path: str, seeds: int = 4) -> tuple[
     downloaded yet)."""
     if not os.path.isdir(model_path):
         return None
-    from transformers import AutoTokenizer
-
     from ragen_rllib.engines.prefix_cache import common_prefix_length
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = _tokenizer(model_path)
     prompts = [
         ids
         for entry in mix_entries(config)
