@@ -42,10 +42,9 @@ MODEL = knobs(
         "model_dtype",
         "auto",
         choice(MODEL_DTYPES),
-        "bfloat16: the learner computes in bfloat16 over float32 master weights; engines "
-        "and frozen copies hold bfloat16. auto: bfloat16 on a GPU that has it natively, "
-        "and on a CPU with AVX512-BF16 or AMX for a model at least 512 wide (hidden_size; "
-        "narrower ones ran slower in bfloat16); else float32",
+        "bfloat16: the learner computes in bfloat16 over float32 master weights; engines and "
+        "frozen copies hold bfloat16. auto: bfloat16 on a GPU with it natively, and on a CPU "
+        "with AVX512-BF16 or AMX for a model at least 512 wide (hidden_size); else float32",
     ),
     K(
         "engine_dtype",
