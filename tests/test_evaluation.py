@@ -51,6 +51,7 @@ def test_builtin_suites_and_their_env_names():
         ({"s": [{"env": "ragen/Bandit-v0", "name": "x/y"}]}, "env name"),
         ({"s": ["ragen/Bandit-v0", "ragen/Bandit-v0"]}, "repeat"),
         (7, "eval_suites=7 is invalid"),
+        ([], r"eval_suites=\[\] is invalid: null, a list"),  # the user's value, not {}
         (["bandit", {"b": 2}], "a list holds built-in suite names"),
     ],
 )

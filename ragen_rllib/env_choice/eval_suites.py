@@ -114,6 +114,7 @@ def suite_entries(eval_suites: Any) -> dict[str, list[tuple[str, str, dict[str, 
     ValueError naming the key on a malformed value (env ids are checked later)."""
     if eval_suites is None:
         return {}
+    given = eval_suites  # the user's value, for the error (an empty list becomes {})
     if isinstance(eval_suites, str):
         eval_suites = [eval_suites]
     if isinstance(eval_suites, list | tuple):
@@ -127,7 +128,7 @@ def suite_entries(eval_suites: Any) -> dict[str, list[tuple[str, str, dict[str, 
         eval_suites = {name: name for name in eval_suites}
     if not isinstance(eval_suites, dict) or not eval_suites:
         raise ValueError(
-            f"config eval_suites={eval_suites!r} is invalid: null, a list of built-in suite "
+            f"config eval_suites={given!r} is invalid: null, a list of built-in suite "
             f"names ({', '.join(BUILTIN_SUITES)}), or a mapping from a suite name to a "
             "built-in name or a list of env entries"
         )
