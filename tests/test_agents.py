@@ -302,6 +302,29 @@ def test_a_slow_forkserver_start_costs_no_healthy_agent_its_time(tmp_path):
     assert out["agents"]["agents_killed"] == 1 and out["agents"]["agent_timeouts"] == 1
 
 
+def test_a_forkserver_stuck_in_its_imports_is_an_error_at_the_bound(tmp_path):
+    """A forkserver whose start never ends (a module it preloads hangs) is refused at
+    ready()'s bound with an error that says so, not waited for without end."""
+    (tmp_path / "stuck_start.py").write_text("import time\ntime.sleep(30)\n")
+    script = """
+import json, sys, time
+sys.path.insert(0, folder)
+from ragen_rllib.agents import calls
+calls.FORKSERVER_PRELOAD = (*calls.FORKSERVER_PRELOAD, "stuck_start")
+start = time.monotonic()
+try:
+    calls._ProcessCall.ready(timeout=3)
+    out = {"error": None}
+except RuntimeError as err:
+    out = {"error": str(err)}
+out["seconds"] = time.monotonic() - start
+print(json.dumps(out))
+"""
+    out = run_script(script, tmp_path, define={"folder": str(tmp_path)}, timeout=300)
+    assert out["error"] is not None and "no process forked within 3 s" in out["error"]
+    assert 3 <= out["seconds"] < 30  # at the bound, not when the import ends
+
+
 def test_hung_agents_in_processes_leave_no_thread_or_descriptor_behind(tmp_path):
     """agent_isolation: process over three batches, each with two agents that hang past
     their timeout: the runner's threads and open descriptors after the third batch are

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 #: What the forkserver imports once, before it forks the agents' processes: the
-#: child's entry point (this module, which imports nothing heavy) and the ``openai``
-#: client, which most agents use (imported where it is installed).
-FORKSERVER_PRELOAD = ("ragen_rllib.agents.calls", "openai")
+#: parent's main script (each child would import it again otherwise, on its agent's
+#: clock: in a Ray actor that is Ray's worker script, which imports ray), the child's
+#: entry point (this module, which imports nothing heavy) and the ``openai`` client,
+#: which most agents use (imported where it is installed).
+FORKSERVER_PRELOAD = ("__main__", "ragen_rllib.agents.calls", "openai")
 #: How long the forkserver may take to start (its imports, on a loaded machine).
 SERVER_START_S = 120.0
 
@@ -146,17 +148,28 @@ class _ProcessCall:
     def ready(cls, timeout: float = SERVER_START_S) -> float:
         """Start the forkserver if it is not running (or has died) and wait until it
         has forked one empty process; the seconds it took. RuntimeError when that
-        takes longer than ``timeout``."""
+        takes longer than ``timeout`` (a server stuck in its imports) or fails."""
         start = time.monotonic()
         probe = cls.context().Process(target=_nothing, daemon=True)
-        probe.start()
-        probe.join(timeout)
-        if probe.is_alive():
-            probe.kill()
-            probe.join(5)
+        failed: list[BaseException] = []
+
+        def launch() -> None:  # start() waits for the server's imports, unbounded
+            try:
+                probe.start()
+                probe.join()
+            except BaseException as err:  # noqa: BLE001 - reported below
+                failed.append(err)
+
+        launcher = threading.Thread(target=launch, name="forkserver-probe", daemon=True)
+        launcher.start()
+        launcher.join(timeout)
+        if launcher.is_alive() or failed:
+            why = f"{type(failed[0]).__name__}: {failed[0]}" if failed else (
+                f"no process forked within {timeout:g} s")  # fmt: skip
             raise RuntimeError(
-                f"the agents' forkserver did not start a process within {timeout:g} s "
-                "(agent_isolation: process); is the machine out of memory or processes?"
+                f"the agents' forkserver did not start (agent_isolation: process): {why}; "
+                "is the machine out of memory or processes, or does importing the agent "
+                "program's main script hang?"
             )
         return time.monotonic() - start
 
