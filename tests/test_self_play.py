@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import private_env, tiny_config, tiny_dict, train_iterations
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
+from ragen_rllib.connectors.sample_batch import build_sample_pipeline
 from ragen_rllib.engines.base import SamplingParams
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 
@@ -161,9 +163,10 @@ TAKE = re.compile(r"<answer>\s*([12])\s*</answer>")
 class NimDuel(AECEnv):
     metadata = {"name": "nim_duel_v0", "render_modes": [], "is_parallelizable": False}
 
-    def __init__(self, smallest=4, largest=7):
+    def __init__(self, smallest=4, largest=7, loser_payoff=-1.0):
         super().__init__()
         self.smallest, self.largest = smallest, largest
+        self.loser_payoff = float(loser_payoff)
         self.possible_agents = ["first", "second"]
         text = gymnasium.spaces.Text(max_length=4096, charset=string.printable)
         self._spaces = {a: text for a in self.possible_agents}
@@ -208,7 +211,7 @@ class NimDuel(AECEnv):
         if self.pile == 0:
             other = [a for a in self.agents if a != agent][0]
             self.rewards[agent] += 1.0
-            self.rewards[other] -= 1.0
+            self.rewards[other] += self.loser_payoff
             self.terminations = {a: True for a in self.agents}
             self.infos = {agent: {"success": True}, other: {"success": False}}
         self._accumulate_rewards()
@@ -267,6 +270,29 @@ def test_a_game_over_before_the_second_seats_move_drops_its_group(nim_module):
     assert first.end_reason == "terminated" and round(first.turn_rewards[-1], 6) in (1.0, 0.9)
     assert second.end_reason == "env_error" and not second.turn_rewards
     assert "ended before its first move" in second.error
+
+
+def test_a_non_finite_payoff_is_the_games_env_error(nim_module):
+    """The seat whose game ended on the other's move gets its payoff at the settling;
+    a NaN there ends that trajectory as an env error (its group is dropped), as a
+    non-finite reward from step() does."""
+    cfg = tiny_config(
+        env="nim_duel:env", env_config={"loser_payoff": "nan"}, group_size=2, max_turns=8,
+        max_new_tokens=8, llm="builtin", minibatch_size=2,
+    )  # fmt: skip
+    runner = LLMEnvRunner(config=cfg, worker_index=0)
+    trajs = runner.run_episodes([0, 0, 1, 1], [0, 0, 1, 1], SamplingParams(1.0, 1.0, 8), 0)
+    runner.stop()
+    for pair in (trajs[:2], trajs[2:]):
+        ends = sorted(t.end_reason for t in pair)
+        assert ends == ["env_error", "terminated"], [t.error for t in pair]
+        lost = next(t for t in pair if t.end_reason == "env_error")
+        assert lost.error == (
+            "settle(): ValueError: the env returned a reward of nan: it must be a finite number"
+        )
+    metrics = MetricsLogger()
+    build_sample_pipeline(cfg)(rl_module=None, batch={}, episodes=trajs, metrics=metrics)
+    assert trajs == [] and metrics.peek(("rollout", "env_error_groups_dropped")) == 2
 
 
 def test_pooled_envs_start_each_call_afresh(nim_module):
