@@ -47,7 +47,7 @@ print(json.dumps({"dtype": config.model_dtype_used, "seconds": times}))
 AUTO = """
 import json, sys
 from ragen_rllib.cli.experiments import build_config, load_experiments
-from ragen_rllib.models.runtime import model_width
+from ragen_rllib.planning.shapes import model_width
 name, exp = next(iter(load_experiments(sys.argv[1]).items()))
 config, _ = build_config(exp, json.loads(sys.argv[2]))
 config.model_dtype = "auto"

@@ -90,7 +90,8 @@ def test_model_dtype_auto_takes_bfloat16_only_where_it_is_native_and_pays(monkey
     unless engine_dtype is set."""
     from ragen_rllib.algorithms.starpo.config import starpo_config
     from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
-    from ragen_rllib.models.runtime import model_width, native_bfloat16
+    from ragen_rllib.models.runtime import native_bfloat16
+    from ragen_rllib.planning.shapes import model_width
 
     assert native_bfloat16("cpu", {"avx2", "avx512f"}) is False
     assert native_bfloat16("cpu", {"avx512f", "avx512_bf16"}) is True

@@ -60,6 +60,7 @@ FOLDER_IMPORTS: dict[str, set[str]] = {
         "learner",
         "maths",
         "models",
+        "planning",
         "records",
         "rl_module",
     },  # fmt: skip

@@ -89,19 +89,3 @@ def native_bfloat16(device: str = "cpu", flags: set[str] | None = None) -> bool:
 #: model (128 wide) ran 0.72x as fast in bfloat16, SmolLM2-135M (576) 1.38x; a narrow
 #: model's matrices are too small for the bfloat16 kernels to win back the casts.
 BF16_MIN_HIDDEN = 512
-
-
-@functools.cache
-def model_width(llm: str) -> int | None:
-    """The ``hidden_size`` of the model ``llm`` names (its config only, once per
-    process); None where its config cannot be read (a hub id not downloaded, say)."""
-    from transformers import AutoConfig
-
-    from ragen_rllib.models.resolve import resolve_model
-
-    try:
-        config = AutoConfig.from_pretrained(resolve_model(llm))
-    except (OSError, ValueError):
-        return None
-    width = getattr(config, "hidden_size", None)
-    return int(width) if isinstance(width, int) else None

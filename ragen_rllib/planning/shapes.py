@@ -10,6 +10,7 @@ for another machine can still be made.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -115,6 +116,16 @@ def known_shape(name: str) -> ModelShape | None:
     key = name.lower().removesuffix("-instruct")
     cfg = KNOWN_CONFIGS.get(key)
     return None if cfg is None else ModelShape.from_config(cfg, name, source="known shape")
+
+
+@functools.cache
+def model_width(llm: str) -> int | None:
+    """The ``hidden_size`` of the model ``llm`` names (:func:`load_shape`, once per
+    process); None where its shape cannot be had."""
+    try:
+        return load_shape(llm).hidden
+    except (OSError, ValueError):
+        return None
 
 
 def load_shape(llm: str) -> ModelShape:

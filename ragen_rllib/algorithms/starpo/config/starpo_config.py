@@ -30,8 +30,9 @@ from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, Estimator
 from ragen_rllib.models.resolve import resolve_model
-from ragen_rllib.models.runtime import BF16_MIN_HIDDEN, model_width, native_bfloat16
+from ragen_rllib.models.runtime import BF16_MIN_HIDDEN, native_bfloat16
 from ragen_rllib.models.warmup import model_path
+from ragen_rllib.planning.shapes import model_width
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 from ragen_rllib.rl_module.packing import unsupported
 
