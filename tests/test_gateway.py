@@ -493,7 +493,6 @@ def _fifth_request_refused(gateway: Gateway) -> None:
         sock = socket.create_connection(address, timeout=10)
         sock.sendall(head)
         slow.append(sock)
-    refused_before = gateway.counts["refused_429"]
 
     def fifth():  # until the server has read the four's headers, the fifth is answered
         return httpx.post(
@@ -504,7 +503,6 @@ def _fifth_request_refused(gateway: Gateway) -> None:
         )
 
     assert wait_for(lambda: fifth().status_code == 429, every=0.1)
-    assert gateway.counts["refused_429"] - refused_before >= 1
     extra = fifth()  # the four are still held: refused again
     assert extra.status_code == 429, extra.text
     assert "x-should-retry" not in extra.headers  # one may be answered by then

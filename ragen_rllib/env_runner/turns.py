@@ -91,12 +91,12 @@ class Turns:
             return None
         traj.turn_rewards.append(reward)
         traj.turn_infos.append(info)
-        traj.success = success_of(info, float(reward))
+        traj.success = success_of(info, reward)
         if term or trunc or turn == roll.limit:
             reason = "terminated" if term else "truncated" if trunc else "max_turns"
             roll.finish(gen.ended_with_eos, reason)
             return None
-        return obs, float(reward), info
+        return obs, reward, info
 
     def follow(
         self, roll: Rollout, gen, turn: int, obs: str, reward: float, info: dict, max_new: int

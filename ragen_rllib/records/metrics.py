@@ -29,6 +29,7 @@ Reductions:
 from __future__ import annotations
 
 import fnmatch
+import functools
 from dataclasses import dataclass
 
 
@@ -277,6 +278,7 @@ RUN_METRICS: dict[str, Metric] = {
 }
 
 
+@functools.lru_cache(maxsize=4096)  # every logging call checks its key, every iteration
 def declared_metric(key: str) -> Metric | None:
     """The declaration of a result key (``rollout/lake/success_rate``,
     ``learners/default_policy/entropy``), or None."""
