@@ -89,13 +89,14 @@ class Gateway:
         self._thread: threading.Thread | None = None
 
     # ----- trajectories ------------------------------------------------------------
-    def open(self, trajectory: Trajectory, deadline: float | None = None) -> str:
-        """A new key whose requests are recorded into ``trajectory``; past ``deadline``
-        (``time.monotonic()``) its requests wait for no answer (504)."""
+    def open(self, trajectory: Trajectory) -> str:
+        """A new key whose requests are recorded into ``trajectory``; its requests wait
+        at most ``answer_timeout_s`` each, and none past the deadline
+        :meth:`set_deadline` gives it (504)."""
         key = "rg-" + secrets.token_urlsafe(24)
         with self._lock:
             self._conversations[key] = _Conversation(
-                ConversationRecorder(self.tokenizer, trajectory), deadline
+                ConversationRecorder(self.tokenizer, trajectory), None
             )
         return key
 
