@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         learner.build()
         learners[name] = learner
     # The rows each minibatch is cut into, as the learner cuts them.
-    from ragen_rllib.connectors.learner import build_learner_pipeline
+    from ragen_rllib.learner.connectors import build_learner_pipeline
 
     module = next(iter(learners.values())).module["default_policy"]
     times: dict[str, list[float]] = {name: [] for name in learners}

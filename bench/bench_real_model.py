@@ -159,7 +159,7 @@ def part_forward(args, peak_gflops: float) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ragen_rllib.models.warmup import model_path
+    from ragen_rllib.warmup.format_warmup import model_path
 
     _, config = example_config(args)
     path = model_path(config)

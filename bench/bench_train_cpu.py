@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     ray.init(num_cpus=os.cpu_count(), num_gpus=gpus, include_dashboard=False, log_to_driver=False)
-    from ragen_rllib.models import warmup
+    from ragen_rllib.warmup import format_warmup as warmup
 
     warmed = bool(config.format_warmup_steps)
     cached = warmed and os.path.isfile(os.path.join(warmup.warmed_path(config), warmup.RECORD_FILE))

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragen_rllib.algorithms.starpo.starpo import StarPOConfig
     from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-    from ragen_rllib.models.warmup import model_path
+    from ragen_rllib.warmup.format_warmup import model_path
 
     groups, size, new_tokens = args.groups, args.group_size, args.max_new_tokens
     ray.init(num_cpus=args.threads, include_dashboard=False, log_to_driver=False)

@@ -118,15 +118,15 @@ from ragen_envs.grids.frozenlake import frozen_neighbours, shortest_path
 from ragen_envs.grids.sokoban import MOVES as SOKO_MOVES
 from ragen_envs.grids.sokoban import SokobanState
 from ragen_envs.grids.sokoban_solver import solve
+from ragen_rllib.builtin.model import build_model
+from ragen_rllib.builtin.spec import BuiltinSpec
+from ragen_rllib.builtin.tokenizer import build_tokenizer, build_vocab
 from ragen_rllib.chat.prompts import (
     ChatFormat,
     render_turn,
     system_prompt_for,
     with_instructions,
 )
-from ragen_rllib.models.builtin import build_model
-from ragen_rllib.models.spec import BuiltinSpec
-from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
 
 ENVS = {"frozenlake": "ragen/FrozenLakeNoSlip-v0", "sokoban": "ragen/SimpleSokoban-v0"}
 MOVES = ("Up", "Down", "Left", "Right")

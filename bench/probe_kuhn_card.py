@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ragen_rllib.cli.experiments import build_config, load_experiments
-    from ragen_rllib.models.warmup import model_path
+    from ragen_rllib.warmup.format_warmup import model_path
 
     _, exp = next(iter(load_experiments(args.file).items()))
     config, _ = build_config(exp, json.loads(args.config) if args.config else {})

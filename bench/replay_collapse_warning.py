@@ -12,6 +12,14 @@ draws the signals with the warning marked.
 
 ``--warmup``, ``--ema``, ``--std-drop`` and ``--spike`` change the rule's settings
 (defaults: the config's). Needs matplotlib only for ``--plot``.
+
+Beside the PNG go the rows it was drawn from, ``X.png`` -> ``X.rows.jsonl.gz``: a
+row per trial and iteration (``results``: the trial's file, ``warning_iteration``,
+``iteration``, ``success`` and each signal's EMA). Given in place of the
+``result.json`` files, such a file draws the same figure again:
+
+    python bench/replay_collapse_warning.py docs/curves/collapse_warning.rows.jsonl.gz \
+        --plot docs/curves/collapse_warning.png
 """
 
 from __future__ import annotations
@@ -22,12 +30,15 @@ import math
 import sys
 
 from ragen_rllib.algorithms.starpo.config.knobs import STARPO_DEFAULTS
+from ragen_rllib.cli.report_rows import SUFFIX, read_rows, rows_path, write_rows
 from ragen_rllib.maths.collapse import EarlyWarning
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", nargs="+", help="result.json of one or more trials")
+    parser.add_argument(
+        "results", nargs="+", help=f"result.json of one or more trials, or one figure's *{SUFFIX}"
+    )
     parser.add_argument("--warmup", type=int, default=STARPO_DEFAULTS["collapse_warmup"])
     parser.add_argument("--ema", type=float, default=STARPO_DEFAULTS["collapse_ema"])
     parser.add_argument("--std-drop", type=float, default=STARPO_DEFAULTS["collapse_std_drop"])
@@ -37,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--plot", default=None, help="write a PNG of the signals")
     args = parser.parse_args(argv)
+    if args.results[0].endswith(SUFFIX):  # redraw a figure from its rows
+        if len(args.results) > 1 or not args.plot:
+            parser.error(f"a *{SUFFIX} file comes alone, with --plot")
+        plot(series_from_rows(read_rows(args.results[0])), args.plot)
+        return 0
     report, series = [], {}
     for path in args.results:
         warning = EarlyWarning(args.ema, args.std_drop, args.spike, args.warmup, args.entropy_spike)
@@ -88,6 +104,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def series_rows(series: dict) -> list[dict]:
+    """The figure's rows: per trial, a row per iteration (a bare one for a trial
+    without any), with its file and where its warning fired."""
+    out = []
+    for path, (rows, fired) in series.items():
+        head = {"results": path, "warning_iteration": fired}
+        out += [{**head, **row} for row in rows] or [head]
+    return out
+
+
+def series_from_rows(rows: list[dict]) -> dict:
+    """{file: (rows, warning iteration)} of :func:`series_rows`' rows."""
+    series: dict = {}
+    for row in rows:
+        path, fired = row.pop("results"), row.pop("warning_iteration")
+        kept, _ = series.setdefault(path, ([], fired))
+        if row:
+            kept.append(row)
+    return series
+
+
 def plot(series, out: str) -> None:
     import matplotlib
 
@@ -114,7 +151,9 @@ def plot(series, out: str) -> None:
     fig.suptitle("early warning of collapse (dashed: where it fires)")
     fig.tight_layout()
     fig.savefig(out, dpi=100)
-    print(f"wrote {out}")
+    plt.close(fig)
+    write_rows(rows_path(out), series_rows(series))
+    print(f"wrote {out} and the rows it drew, {rows_path(out)}")
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def walk_with(env: Any, answer_of: Callable[[Any], str], seeds: int = 8) -> int:
 def learner_batch(config: Any, module: Any, trajectories: list) -> dict[str, Any]:
     """``trajectories`` through the learner connector of ``config`` for ``module``: the
     default policy's token batch, as a learner receives it."""
-    from ragen_rllib.connectors.learner import build_learner_pipeline
+    from ragen_rllib.learner.connectors import build_learner_pipeline
 
     pipeline = build_learner_pipeline(config)
     return pipeline(rl_module={"default_policy": module}, batch={}, episodes=trajectories)[

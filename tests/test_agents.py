@@ -371,7 +371,7 @@ def test_hung_threads_are_bounded_by_moving_to_processes(tmp_path, caplog):
         runner, _ = play(cfg, [0, 0, 1, 1])
     first = runner.get_metrics()["agents"]
     assert (first["hung_threads"], first["process_calls"], first["agents_killed"]) == (2, 0, 0)
-    assert runner._agents.isolation == "process"
+    assert runner._agents.rollouts.isolation == "process"
     assert "agent_max_hung_threads is 2" in caplog.text
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
     trajs = runner.run_episodes([0, 0, 1, 1], [0, 0, 1, 1], params, sample_seed=0)
@@ -385,13 +385,13 @@ def test_hung_threads_are_bounded_by_moving_to_processes(tmp_path, caplog):
 def test_a_dead_gateway_restarts_and_nothing_collected_is_lost(tmp_path):
     cfg = agent_config(tmp_path, {"mode": "talk", "word": "up", "turns": 1}, {"split": "eval"})
     runner, first = play(cfg, [0, 0])
-    gateway = runner._agents.gateway
+    gateway = runner._agents.rollouts.gateway
     gateway._server.should_exit = True  # the server dies between two batches
     gateway._thread.join(timeout=10)
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
     second = runner.run_episodes([0, 0], [0, 0], params, sample_seed=1)
     assert [t.end_reason for t in second] == ["terminated"] * 2
-    assert runner._agents.restarts == 1 and runner._agents.gateway is not gateway
+    assert runner._agents.rollouts.restarts == 1 and runner._agents.rollouts.gateway is not gateway
     assert runner.get_metrics()["agents"]["gateway_restarts"] == 1
     runner.stop()
 

@@ -14,9 +14,9 @@ import pytest
 from conftest import walk_with
 
 import ragen_envs
-from ragen_rllib.models.spec import BuiltinSpec
-from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
-from ragen_rllib.models.transcripts import FILLER_WORDS, TranscriptCorpus, random_answer
+from ragen_rllib.builtin.spec import BuiltinSpec
+from ragen_rllib.builtin.tokenizer import build_tokenizer, build_vocab
+from ragen_rllib.builtin.transcripts import FILLER_WORDS, TranscriptCorpus, random_answer
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import ragen_envs
-from ragen_rllib.chat.prompts import (
-    SYSTEM_PROMPT,
-    ChatFormat,
-    render_turn,
-    system_prompt_for,
-    with_instructions,
-)
-from ragen_rllib.models import build as builtin_build
-from ragen_rllib.models.builtin import (
+from ragen_rllib.builtin import build as builtin_build
+from ragen_rllib.builtin.model import (
     INFO_FILE,
     PACKAGED_DIR,
     build_key,
@@ -31,11 +24,18 @@ from ragen_rllib.models.builtin import (
     get_builtin_model,
     packaged_model,
 )
-from ragen_rllib.models.quality import GATE_PROMPTS, format_valid_rate, gate_draws
+from ragen_rllib.builtin.quality import GATE_PROMPTS, format_valid_rate, gate_draws
+from ragen_rllib.builtin.spec import BuiltinSpec
+from ragen_rllib.builtin.tokenizer import build_tokenizer, build_vocab
+from ragen_rllib.builtin.transcripts import FILLER_WORDS, TranscriptCorpus, random_answer
+from ragen_rllib.chat.prompts import (
+    SYSTEM_PROMPT,
+    ChatFormat,
+    render_turn,
+    system_prompt_for,
+    with_instructions,
+)
 from ragen_rllib.models.resolve import resolve_model
-from ragen_rllib.models.spec import BuiltinSpec
-from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
-from ragen_rllib.models.transcripts import FILLER_WORDS, TranscriptCorpus, random_answer
 
 
 def first_user_text(env, obs, actions_left, style="full"):

@@ -8,8 +8,8 @@ import torch
 from conftest import learner_batch, learner_logp_gap, tiny_config
 
 from ragen_rllib.chat.prompts import render_turn, with_instructions
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.learner.connectors import build_learner_pipeline
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 

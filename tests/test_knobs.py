@@ -1,6 +1,7 @@
-"""Every knob is declared once (config/knobs_*.py): its default, rule and one line of
-documentation reach the config class, the value checks, the unknown-key listing,
-docs/config.md and the config fuzzer from that declaration alone. No Ray."""
+"""Every knob is declared once, in the knob file of the room that reads it
+(config/knobs_<room>.py): its default, rule and one line of documentation reach the
+config class, the value checks, the unknown-key listing, docs/config.md and the config
+fuzzer from that declaration alone. No Ray."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import test_config_fuzz as fuzz
 
+import ragen_rllib
 from ragen_rllib.algorithms.starpo.config import knobs
 from ragen_rllib.algorithms.starpo.config.knob import Knob
 from ragen_rllib.algorithms.starpo.config.rules import integer
@@ -86,3 +88,18 @@ def test_every_knob_has_a_default_its_rule_allows_and_one_line_of_documentation(
     config = StarPOConfig()
     for name, default in {**knobs.STARPO_DEFAULTS, **knobs.RLLIB_DEFAULTS}.items():
         assert getattr(config, name) == default, name
+
+
+def test_each_knob_file_is_one_rooms_and_each_group_one_files():
+    """knobs_<room>.py names a folder of the package; knobs.ROOMS gathers every such file,
+    and a group's knobs all sit in one of them (docs/config.md has each heading once)."""
+    package = Path(ragen_rllib.__file__).parent
+    rooms = {p.name for p in package.iterdir() if (p / "__init__.py").exists()}
+    files = {f.stem for f in (package / "algorithms/starpo/config").glob("knobs_*.py")}
+    assert {f.removeprefix("knobs_") for f in files} <= rooms
+    assert files == {m.__name__.rsplit(".", 1)[1] for m in knobs.ROOMS}
+    owner: dict[str, object] = {}
+    for module in knobs.ROOMS:
+        for knob in module.ALL:
+            assert owner.setdefault(knob.group, module) is module, knob.group
+    assert sum(len(m.ALL) for m in knobs.ROOMS) == len(knobs.KNOBS)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import built_learner, first_adamw_step_bound, frozenlake_gae_config, learner_batch
 
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.learner.connectors import build_learner_pipeline
 from ragen_rllib.learner.starpo_learner import _zero_weighted
 from ragen_rllib.maths.batching import (
     fill_plan,

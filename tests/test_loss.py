@@ -12,8 +12,8 @@ from conftest import loss_config
 
 from ragen_rllib.learner.kl_estimators import kl_penalty
 from ragen_rllib.learner.loss import Denominators, minibatch_logs, starpo_loss
-from ragen_rllib.learner.loss_terms import LOG_RATIO_BOUND
 from ragen_rllib.learner.policy_losses import policy_loss
+from ragen_rllib.maths.log_ratio import LOG_RATIO_BOUND
 from ragen_rllib.rl_module.logprobs import token_logprobs_and_entropy
 
 F64 = torch.float64

@@ -9,7 +9,7 @@ import pytest
 from conftest import tiny_config
 
 from ragen_rllib.chat.prompts import THINK_END, reasoning_length
-from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.learner.connectors import build_learner_pipeline
 from ragen_rllib.records.trajectory import Trajectory
 
 
@@ -25,7 +25,7 @@ def _check_count(tokenizer, prefill: str, ids: list[int], n: int) -> None:
 
 @pytest.fixture(scope="module")
 def builtin_tokenizer():
-    from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
+    from ragen_rllib.builtin.tokenizer import build_tokenizer, build_vocab
 
     return build_tokenizer(*build_vocab())
 

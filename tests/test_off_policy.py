@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from conftest import run_script
 
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.connectors.sample_batch import OverlongPenalty
+from ragen_rllib.learner.connectors import build_learner_pipeline
 from ragen_rllib.records.trajectory import Trajectory
 
 SCRIPT = """
@@ -155,7 +155,7 @@ def test_every_token_carries_the_version_that_generated_it():
     seg = t.segments[0]
     assert seg.versions == [-1] * 3 + [4] * 2 + [-1] * 2 + [5] * 3 + [-1] * 2
     t.policy_lag = 2  # the buffer's stamp: learner version 6 minus the oldest, 4
-    from ragen_rllib.connectors.learner import TrajectoriesToBatch
+    from ragen_rllib.learner.connectors import TrajectoriesToBatch
 
     cols = TrajectoriesToBatch()(rl_module={}, batch={}, episodes=[t])["default_policy"]
     lag = cols["token_lag"][0]
@@ -247,7 +247,7 @@ def test_a_trajectory_pickled_before_the_new_fields_loads_with_their_defaults():
     del t.__dict__["turn_cut"], t.segments[0].__dict__["versions"]
     old = pickle.loads(pickle.dumps(t))
     assert old.turn_cut == [] and old.segments[0].versions == []
-    from ragen_rllib.connectors.learner import TrajectoriesToBatch
+    from ragen_rllib.learner.connectors import TrajectoriesToBatch
 
     cols = TrajectoriesToBatch()(rl_module={}, batch={}, episodes=[old])["default_policy"]
     assert cols["token_lag"].sum() == 0 and cols["cut_mask"].sum() == 0

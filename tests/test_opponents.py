@@ -10,9 +10,9 @@ import torch
 from conftest import tiny_config, tiny_dict, train_iterations
 
 from ragen_rllib.engines.base import SamplingParams
-from ragen_rllib.env_choice.opponents import AGENT_IDS, GameRef
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-from ragen_rllib.env_runner.opponents import INITIAL
+from ragen_rllib.env_runner.self_play.seats import AGENT_IDS, GameRef
+from ragen_rllib.env_runner.self_play.snapshots import INITIAL
 
 GAME = dict(
     env="ragen/TicTacToe-v0", self_play=True, group_size=4, max_turns=8, max_new_tokens=12,

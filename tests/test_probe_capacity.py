@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import probe_capacity as probe  # noqa: E402
 
 from ragen_envs.grids.frozenlake import shortest_path  # noqa: E402
-from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab  # noqa: E402
+from ragen_rllib.builtin.tokenizer import build_tokenizer, build_vocab  # noqa: E402
 
 LAKE = {"coordinates": True}
 

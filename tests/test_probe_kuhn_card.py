@@ -25,7 +25,7 @@ import probe_kuhn_card as probe  # noqa: E402
 from conftest import tiny_config  # noqa: E402
 
 from ragen_envs.games.rules import CARDS  # noqa: E402
-from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab  # noqa: E402
+from ragen_rllib.builtin.tokenizer import build_tokenizer, build_vocab  # noqa: E402
 
 
 @pytest.fixture(scope="module")

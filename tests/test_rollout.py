@@ -6,9 +6,9 @@ import pytest
 import torch
 from conftest import learner_batch, learner_logp_gap, tiny_config
 
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.engines.base import Generation
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.learner.connectors import build_learner_pipeline
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 

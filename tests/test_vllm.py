@@ -238,7 +238,7 @@ with torch.no_grad():
 LORA_SCRIPT = (
     ADAPTED_MODULE
     + """
-from ragen_rllib.connectors.learner import build_learner_pipeline
+from ragen_rllib.learner.connectors import build_learner_pipeline
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
 runner = LLMEnvRunner(config=cfg, worker_index=0)
 sent = module.actor_weights()

@@ -12,7 +12,7 @@ import pytest
 from conftest import tiny_config
 
 from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
-from ragen_rllib.models import warmup
+from ragen_rllib.warmup import format_warmup as warmup
 
 
 def test_examples_are_the_runs_prompts_with_well_formed_answers_and_no_policy():

@@ -7,7 +7,7 @@ An AEC env whose observations are text and whose actions are the model's
 answer text trains with ``env: my_games:env`` (PettingZoo's ``env()``
 factory convention) and ``self_play: true``: :class:`AECSeat` is one seat of
 such an env, with the self-play interface the env runner pairs seats by
-(:mod:`ragen_rllib.env_runner.self_play`). Nothing here imports PettingZoo:
+(:mod:`ragen_rllib.env_runner.self_play.games`). Nothing here imports PettingZoo:
 any object with that API works.
 
 A seat's reward is what the AEC env gave its agent since its last answer (its

@@ -33,7 +33,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,6 @@ from ragen_rllib.agents.outcomes import (  # noqa: F401 - agent_outcome is part 
     ended_by,
     failed,
 )
-from ragen_rllib.records.metrics import ENV_RUNNERS, run_log
 from ragen_rllib.records.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -187,62 +185,26 @@ class AgentRollouts:
         params,
         split: str = "train",
         sample_seed: int = 0,
-        log: tuple[Any, Callable[[float, int, int], None]] | None = None,
-    ) -> list[Trajectory]:
+    ) -> tuple[list[Trajectory], dict[str, int]]:
         """One trajectory per seed (the task ``tasks[seed % len(tasks)]``), the
-        engine's sampling seeded from ``sample_seed``. ``log``: the runner's metrics
-        logger and its sampling logger, for the batch's time and tokens and its
-        counts under ``agents/`` (errors, timeouts, calls without a model request,
-        context overflows, tool-call parse failures, gateway restarts). Returns once
-        every agent has returned or timed out and the engine runs none of their
-        requests."""
-        start = time.perf_counter()
+        engine's sampling seeded from ``sample_seed``, and the batch's counts (logged
+        under ``agents/``: errors, timeouts, calls without a model request, context
+        overflows, tool-call parse failures, gateway restarts). Returns once every
+        agent has returned or timed out and the engine runs none of their requests."""
         gateway = self._serving(params.temperature, params.top_p, params.max_new_tokens)
         gateway.reseed(sample_seed)
-        tasks = self.tasks(split)
         counts_before = dict(gateway.counts)
-        reused_before = self.engine.prompt_tokens_reused
-        limit = float(self.config.agent_timeout_s)
-        if self.isolation == "process":
-            _ProcessCall.ready()  # the forkserver's start is not the agents' time
-        calls: list[tuple[str, _Call]] = []
-        trajs = []
-        for seed, group in zip(seeds, groups, strict=True):
-            task = tasks[seed % len(tasks)]
-            traj = Trajectory(
-                env_id=self.config.agent,
-                env_name=_task_name(task, self.config.agent),
-                seed=seed,
-                group=group,
-                policy_version=self.engine.policy_version,
-            )
-            key = gateway.open(traj)
-            if self.isolation == "process":
-                call = _ProcessCall(self.config.agent, self.base_url, key, task)
-            else:
-                call = _Call(self.agent, self.base_url, key, task)
-            calls.append((key, call))
-            trajs.append(traj)
+        calls, trajs = self._open_calls(gateway, seeds, groups, self.tasks(split))
         for _, call in calls:
             call.start()
         # Every agent's time starts once all are running (starting a batch of processes
         # takes a while on a busy machine); before that, a request's wait is bounded by
         # agent_timeout_s alone.
+        limit = float(self.config.agent_timeout_s)
         deadline = time.monotonic() + limit
         for key, _ in calls:
             gateway.set_deadline(key, deadline)
-        counts = Counter()
-        for key, call in calls:
-            call.join(max(0.0, deadline - time.monotonic()))
-            traj, requests = gateway.close(key)
-            try:
-                counts[ended_by(
-                    traj, call, requests, limit, float(self.config.agent_max_abs_reward),
-                    gateway.engine_failures_of(key),
-                )] += 1  # fmt: skip
-            except Exception as err:  # noqa: BLE001 - whatever the agent's value does
-                counts["agent_errors"] += 1
-                failed(traj, f"agent's result could not be read: {type(err).__name__}")
+        counts = self._close_calls(gateway, calls, deadline)
         # A request that timed out may still be generating: the engine is the runner's
         # again (new weights, sleep, cache) only once it is done.
         idle_wait = max(_IDLE_WAIT_S, limit)
@@ -262,13 +224,52 @@ class AgentRollouts:
         out["agents_killed"] = sum(bool(getattr(call, "killed", False)) for _, call in calls)
         out["process_calls"] = sum(isinstance(call, _ProcessCall) for _, call in calls)
         out["hung_threads"] = self._count_hung([c for _, c in calls if isinstance(c, _Call)])
-        if log is not None:
-            metrics, log_sampling = log
-            generated = sum(t.response_tokens for t in trajs)
-            log_sampling(time.perf_counter() - start, generated, reused_before)
-            for name, value in out.items():
-                run_log(metrics, ("agents", name), value, window=1, under=ENV_RUNNERS)
-        return trajs
+        return trajs, out
+
+    def _open_calls(
+        self, gateway: Gateway, seeds: list[int], groups: list[int], tasks: list[Any]
+    ) -> tuple[list[tuple[str, _Call]], list[Trajectory]]:
+        """A trajectory open at the gateway and an agent call (not started) per seed."""
+        if self.isolation == "process":
+            _ProcessCall.ready()  # the forkserver's start is not the agents' time
+        calls, trajs = [], []
+        for seed, group in zip(seeds, groups, strict=True):
+            task = tasks[seed % len(tasks)]
+            traj = Trajectory(
+                env_id=self.config.agent,
+                env_name=_task_name(task, self.config.agent),
+                seed=seed,
+                group=group,
+                policy_version=self.engine.policy_version,
+            )
+            key = gateway.open(traj)
+            if self.isolation == "process":
+                call = _ProcessCall(self.config.agent, self.base_url, key, task)
+            else:
+                call = _Call(self.agent, self.base_url, key, task)
+            calls.append((key, call))
+            trajs.append(traj)
+        return calls, trajs
+
+    def _close_calls(
+        self, gateway: Gateway, calls: list[tuple[str, _Call]], deadline: float
+    ) -> Counter:
+        """Wait for each call until the deadline, close its trajectory at the gateway
+        and count how it ended."""
+        limit = float(self.config.agent_timeout_s)
+        counts: Counter = Counter()
+        for key, call in calls:
+            call.join(max(0.0, deadline - time.monotonic()))
+            traj, requests = gateway.close(key)
+            try:
+                counts[ended_by(
+                    traj, call, requests, limit, float(self.config.agent_max_abs_reward),
+                    gateway.engine_failures_of(key),
+                )] += 1  # fmt: skip
+            except Exception as err:  # noqa: BLE001 - whatever the agent's value does
+                counts["agent_errors"] += 1
+                failed(traj, f"agent's result could not be read: {type(err).__name__}")
+        return counts
 
     def shutdown(self) -> None:
         if self.gateway is not None:

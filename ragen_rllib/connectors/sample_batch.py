@@ -11,7 +11,7 @@ rollouts is still whole:
 3. :class:`RolloutFilter`: StarPO-S / RAGEN-2 rollout filtering by in-group reward
    spread;
 4. :class:`GroupAdvantages`: the critic-free estimators' advantages, one per turn
-   (estimators with a critic get theirs in :mod:`ragen_rllib.connectors.learner`,
+   (estimators with a critic get theirs in :mod:`ragen_rllib.learner.connectors`,
    where the critic is; :mod:`ragen_rllib.maths.estimators` says why two stages).
 """
 

@@ -16,7 +16,6 @@ their policy version, from the algorithm after every update.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import Any
@@ -29,7 +28,6 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from ragen_rllib.agents.programs import AgentRollouts
 from ragen_rllib.chat.prompts import ChatFormat, PromptFormat
 from ragen_rllib.console import quiet
 from ragen_rllib.distributed.host_memory import trim_host_heap
@@ -41,18 +39,20 @@ from ragen_rllib.env_choice.env_loading import (
     make_env,
     make_eval_env,
 )
-from ragen_rllib.env_choice.env_mix import entry_of_group, format_of, mix_entries, turns_of
+from ragen_rllib.env_choice.env_mix import entry_of_group, format_of, mix_entries
 from ragen_rllib.env_choice.eval_suites import EvalEnv
+from ragen_rllib.env_runner.lockstep import LockstepPlayer
 from ragen_rllib.env_runner.metrics import evaluation_metrics
-from ragen_rllib.env_runner.opponents import Opponents
-from ragen_rllib.env_runner.rollout_state import Rollout
-from ragen_rllib.env_runner.self_play import is_self_play, play_games, seat_envs
+from ragen_rllib.env_runner.players import AgentPlayer, Batch, Player
+from ragen_rllib.env_runner.self_play.games import is_self_play
+from ragen_rllib.env_runner.self_play.player import SelfPlayPlayer
+from ragen_rllib.env_runner.self_play.snapshots import Opponents
 from ragen_rllib.env_runner.turns import Turns
 from ragen_rllib.maths.seeding import mix_seed, training_group_seeds
 from ragen_rllib.models.lora import AdapterMerger, LoraSettings
-from ragen_rllib.models.warmup import model_path
 from ragen_rllib.records.metrics import ENV_RUNNERS, run_log
 from ragen_rllib.records.trajectory import Trajectory
+from ragen_rllib.warmup.format_warmup import model_path
 
 logger = logging.getLogger(__name__)
 quiet()
@@ -79,7 +79,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         # One chat format per prompt wording in use (made on first use: the system
         # prompt and the prefill may differ between the envs of a mixture).
         self._chats: dict[PromptFormat, ChatFormat] = {}
-        self.chat = self._chat(format_of(self._mix[0], config))
+        self.chat = self.chat_for(format_of(self._mix[0], config))
         self.engine = make_engine(config, self._model_path, self.tokenizer)
         # LoRA: the learner sends adapters, merged here into the base weights.
         self._lora = None
@@ -97,8 +97,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         # version last loaded from there (its queued push is then not loaded again).
         self._mailbox = None
         self._version_from_mailbox = -1
-        self._agents: AgentRollouts | None = None  # with `agent`: made on first use
-        self._turns = Turns(self)  # a turn's steps (shared with the self-play loop)
+        self.turns = Turns(self)  # a turn's steps (shared by the lockstep and self-play players)
         self._opponents = None  # self-play against snapshots of the trained policy
         if config.opponent_setup is not None:
             self._opponents = Opponents(
@@ -107,6 +106,12 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 config.opponent_pool_size,
                 lambda: make_engine(config, self._model_path, self.tokenizer),
             )
+        # The players, one per rollout mode (env_runner/players.py); whether the run
+        # plays itself is resolved once (null: from the env's factory).
+        self._plays_itself = config.self_play_used
+        self._lockstep = LockstepPlayer(self, self._load_newer_weights)
+        self._self_play = SelfPlayPlayer(self, self._opponents)
+        self._agents: AgentPlayer | None = None  # with `agent`: made on first use
 
     # ----- EnvRunner API ------------------------------------------------------------
     def assert_healthy(self) -> None:
@@ -165,7 +170,7 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         groups, so pass@k (each k in ``pass_k``) comes from each state's samples. In
         self-play the training env's states are played by both seats (twice the
         trajectories, a game per sample)."""
-        if self.config.self_play_used and env is None:  # both seats of each game: pairs
+        if self._plays_itself and env is None:  # both seats of each game: pairs
             samples_per_state *= 2
         seeds = [first_seed + i for i in range(num_states) for _ in range(samples_per_state)]
         states = [i for i in range(num_states) for _ in range(samples_per_state)]
@@ -206,6 +211,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
     def _load_newer_weights(self) -> None:
         """Between two turns of a training sample: load weights newer than the
         engine's, if the driver posted some (the tokens after carry their version)."""
+        if self._mailbox is None:
+            return
         version, refs = ray.get(self._mailbox.newer_than.remote(self.engine.policy_version))
         if not refs:
             return
@@ -253,7 +260,8 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
                 env.close()
 
     # ----- rollout ------------------------------------------------------------------
-    def _chat(self, fmt: PromptFormat) -> ChatFormat:
+    def chat_for(self, fmt: PromptFormat) -> ChatFormat:
+        """The chat format of the prompt wording ``fmt`` (made on first use)."""
         if fmt not in self._chats:
             self._chats[fmt] = ChatFormat(self.tokenizer, fmt.system, fmt.prefill)
         return self._chats[fmt]
@@ -281,8 +289,9 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         env: EvalEnv | None = None,
         split: str = "train",
     ) -> list[Trajectory]:
-        """Play one trajectory per seed, all turns batched through the engine (with
-        ``agent`` set, the agent plays each on a task of ``split``: agents/programs.py).
+        """Play one trajectory per seed with the player of the run's mode
+        (:mod:`ragen_rllib.env_runner.players`: lockstep, self-play or agent
+        programs), and log a training batch's sampling (``log_metrics``).
 
         With ``context_window: null`` a trajectory's prompt is its whole history,
         one growing token sequence (one segment). With ``context_window: k`` the
@@ -298,79 +307,26 @@ class LLMEnvRunner(EnvRunner, Checkpointable):
         of the training envs, where group ``g`` plays its mixture entry
         (:mod:`ragen_rllib.env_choice.env_mix`) with its turn limit and prompt style.
         """
-        cfg = self.config
-        if cfg.agent is not None:  # an agent program plays each trajectory (agents/)
-            self._agents = self._agents or AgentRollouts(cfg, self.engine, self.tokenizer)
-            log = (self.metrics, self._log_sampling) if log_metrics else None
-            return self._agents.run(seeds, groups, params, split, sample_seed, log)
+        batch = Batch(seeds, groups, params, sample_seed, reset_options, log_metrics, split, env)
         start = time.perf_counter()  # the envs' making counts (a remote one connects)
-        entries = [env or entry_of_group(self._mix, g) for g in groups]
-        envs = self._make_envs(entries)
-        self_play = cfg.self_play_used and is_self_play(envs)
-        if self_play:  # the group's envs pair up, two seats of one game
-            seat_envs(envs, groups)
-        options = {} if reset_options is None else {"options": reset_options}  # curriculum
-        # The N trajectories of a group start from one state, so from one first prompt:
-        # each distinct first prompt is encoded once per call (encoding every copy was
-        # over half the runner's own time per Bandit sample; bench_async.py --device-time).
-        first_ids: dict[tuple[PromptFormat, str], list[int]] = {}
-        rollouts = []
-        for entry, env_, seed, group in zip(entries, envs, seeds, groups, strict=True):
-            fmt = format_of(entry, cfg)
-            chat = self._chat(fmt)
-            traj = Trajectory(
-                env_id=entry.env,
-                env_name=entry.name,
-                seed=seed,
-                group=group,
-                policy_version=self.engine.policy_version,
-                prefill=chat.prefill,
-            )
-            roll = Rollout(traj, env_, fmt, chat, turns_of(entry, cfg.max_turns))
-            rollouts.append(roll)
-            if not self_play:
-                self._turns.begin(roll, options, first_ids, params.max_new_tokens)
-
-        generated = 0
         reused_before = self.engine.prompt_tokens_reused
-        active = [r for r in rollouts if r.context is not None]
-        self.engine.clear_cache()
-        if self_play and self._opponents is not None:  # which policy plays each seat
-            self._opponents.seat(rollouts, seeds, groups)
-            self._opponents.draw(sample_seed)
-            self._opponents.clear_caches()
-        if self_play:
-            generate = functools.partial(self._generate, params, sample_seed)
-            generated = play_games(self._turns, rollouts, generate, options, params.max_new_tokens)
-            active = []
-        for turn in range(1, max((r.limit for r in rollouts), default=0) + 1):
-            if not active:
-                break
-            if turn > 1 and self._mailbox is not None and log_metrics:
-                self._load_newer_weights()  # partial rollouts
-            # Keyed by trajectory: a turn encodes only what its previous context lacks.
-            keys = [id(r) for r in active]
-            batch = [r.context.prompt for r in active]
-            gens = self.engine.generate(batch, params, seed=sample_seed + turn, cache_keys=keys)
-            generated += sum(len(g.ids) for g in gens)
-            active = [
-                r for r, g in zip(active, gens, strict=True)
-                if self._turns.play(r, g, turn, params.max_new_tokens)
-            ]  # fmt: skip
-        self.engine.clear_cache()
-        if log_metrics:
-            self._log_sampling(time.perf_counter() - start, generated, reused_before)
-        if self._opponents is not None and self_play:
-            self._opponents.clear_caches()
-            if log_metrics:
-                for key, value in self._opponents.metrics().items():
-                    self._log(key, value, window=1)
-            return self._opponents.kept(rollouts)  # the trained policy's trajectories
-        return [r.traj for r in rollouts]
+        played = self._player(batch).play(batch)
+        if batch.training:
+            self._log_sampling(time.perf_counter() - start, played.generated, reused_before)
+            for key, value in played.metrics.items():
+                self._log(key, value, window=1)
+        return played.trajectories
 
-    def _generate(self, params, seed: int, prompts, keys, offset: int, policy=None):
-        engine = self.engine if policy is None else self._opponents.engine(policy)
-        return engine.generate(prompts, params, seed=seed + offset, cache_keys=keys)
+    def _player(self, batch: Batch) -> Player:
+        """The batch's player; for the env modes, the batch's envs are made here."""
+        if self.config.agent is not None:
+            self._agents = self._agents or AgentPlayer(self)
+            return self._agents
+        batch.entries = [batch.env or entry_of_group(self._mix, g) for g in batch.groups]
+        batch.envs = self._make_envs(batch.entries)
+        if self._plays_itself and is_self_play(batch.envs):
+            return self._self_play
+        return self._lockstep
 
     def _log(self, key: str | tuple[str, ...], value, **kwargs) -> None:
         """Log a declared metric (``env_runners/<key>`` in the algorithm's result)."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ragen_rllib.learner.loss_terms import LOG_RATIO_BOUND
+from ragen_rllib.maths.log_ratio import k3 as k3_of
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,7 @@ def k2(d: torch.Tensor) -> torch.Tensor:
 
 @register_kl_estimator("k3", "exp(-d) - 1 + d (the paper's)", "KL(pi_ref || pi)")
 def k3(d: torch.Tensor) -> torch.Tensor:
-    d = d.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # exp(-d) stays finite
-    return torch.expm1(-d) + d
+    return k3_of(-d)  # tokens from pi: log(pi_ref / pi) = -d; exp(-d) bounded there
 
 
 @register_kl_estimator("k3_st", "k3's value, k2's gradient", "KL(pi || pi_ref)")

@@ -1,5 +1,6 @@
-"""What every term of StarPO's loss shares: the log-ratio bound, the aggregation of
-token losses, and the clipped value loss.
+"""What every term of StarPO's loss shares: the aggregation of token losses, the
+clipped value loss, and what the log-ratio bound (``LOG_RATIO_BOUND``, in
+:mod:`ragen_rllib.maths.log_ratio`) does to each term.
 
 Data flow: the RL module's forward pass turns the response positions into
 per-token log-probabilities and entropies (:mod:`ragen_rllib.rl_module.logprobs`);
@@ -28,10 +29,6 @@ numerical fault or a stale sample, and one such gradient would swamp the whole s
 from __future__ import annotations
 
 import torch
-
-#: Log-ratios (log pi - log pi_behaviour, log pi - log pi_ref) are clamped to
-#: [-LOG_RATIO_BOUND, LOG_RATIO_BOUND] before exp (see the module docstring).
-LOG_RATIO_BOUND = 20.0
 
 LOSS_AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ragen_rllib.learner.loss_terms import LOG_RATIO_BOUND, aggregate_loss
+from ragen_rllib.learner.loss_terms import aggregate_loss
 from ragen_rllib.maths.advantages import masked_mean
+from ragen_rllib.maths.log_ratio import LOG_RATIO_BOUND, k3
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ def policy_loss(
             "clip_frac_high": frac(terms.clipped & (adv > 0)),
             "clip_frac_low": frac(terms.clipped & (adv < 0)),
             "dual_clip_frac": frac(terms.dual_clipped),
-            "approx_kl": masked_mean(ratio - 1.0 - log_ratio, m),
+            "approx_kl": masked_mean(k3(log_ratio), m),
             "ratio_mean": masked_mean(ratio, m),
             "ratio_max": ratio[m].max() if bool(m.any()) else ratio.new_zeros(()),
         }

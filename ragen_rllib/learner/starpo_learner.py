@@ -1,7 +1,7 @@
 """StarPOTorchLearner: RLlib's TorchLearner with StarPO's update.
 
 Receives the batch built by the learner connectors
-(:mod:`ragen_rllib.connectors.learner`): tokens, the response mask (1 on
+(:mod:`ragen_rllib.learner.connectors`): tokens, the response mask (1 on
 generated tokens only), the behaviour log-probs, advantages and, with a critic,
 value targets. Each minibatch is one optimizer step, taken in micro-batches of
 at most ``max_tokens_per_microbatch`` padded tokens whose gradients accumulate;

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import torch
 
+from ragen_rllib.maths.log_ratio import LOG_RATIO_BOUND, k3
+
 CORRECTIONS = ("none", "tis", "mis")
 LEVELS = ("token", "sequence")
-
-#: log-weights are clamped to [-LOG_BOUND, LOG_BOUND] before exp (finite in float32).
-LOG_BOUND = 20.0
 
 
 def correction_weights(
@@ -61,7 +60,7 @@ def correction_weights(
         d = (proximal_logp.to(dtype) - behaviour_logp.to(dtype)).masked_fill(~m, 0.0)
         if level == "sequence":
             d = d.sum(dim=1, keepdim=True).expand_as(d).masked_fill(~m, 0.0)
-        raw = d.clamp(-LOG_BOUND, LOG_BOUND).exp()
+        raw = d.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp()
         if mode == "tis":
             corrected = m & (raw > cap)
             weight = raw.clamp(max=cap)
@@ -76,13 +75,6 @@ def correction_weights(
             "is_corrected_frac": corrected.sum() / n,
         }
     return weight, stats
-
-
-def k3(log_ratio: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(p || q) from samples of p, with log_ratio =
-    log q - log p: (q/p - 1) - log(q/p), unbiased and >= 0."""
-    d = log_ratio.clamp(-LOG_BOUND, LOG_BOUND)
-    return torch.expm1(d) - d
 
 
 def mismatch_sums(

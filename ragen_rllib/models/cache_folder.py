@@ -16,6 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 
+def default_cache_dir() -> str:
+    """The model cache: ``$RAGEN_RLLIB_CACHE``, else ``~/.cache/ragen_rllib``."""
+    return os.environ.get("RAGEN_RLLIB_CACHE") or os.path.expanduser("~/.cache/ragen_rllib")
+
+
 def publish_folder(final: str, record_file: str, fill: Callable[[str], dict[str, Any]]) -> str:
     """Build ``final``: ``fill(tmp)`` writes the folder's files into ``tmp`` and returns
     the record saved as ``record_file``; the folder is then renamed to ``final``.

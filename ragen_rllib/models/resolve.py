@@ -1,7 +1,7 @@
 """Resolving a config's ``llm`` to what ``from_pretrained`` loads: every run starts here.
 
 ``builtin`` and ``builtin-raw`` are the built-in model with and without its
-pretraining (:mod:`ragen_rllib.models.builtin`); a name of
+pretraining (:mod:`ragen_rllib.builtin.model`); a name of
 :data:`~ragen_rllib.models.gguf.NAMED_GGUF` (``smollm2-135m-instruct``) or a
 path to a ``.gguf`` file is converted once into a cached Hugging Face folder
 (:mod:`ragen_rllib.models.gguf`); an existing local directory is used as it
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ragen_rllib.models.builtin import default_cache_dir, get_builtin_model
+from ragen_rllib.models.cache_folder import default_cache_dir
 from ragen_rllib.models.gguf import NAMED_GGUF, convert_gguf, is_gguf_path, named_gguf_file
 
 BUILTIN_NAMES = {"builtin": True, "builtin-raw": False}  # name -> pretrained
@@ -35,8 +35,14 @@ def resolve_model(name_or_path: str, *, cache_dir: str | None = None) -> str:
             f"a path or a hub id, got {name_or_path!r}"
         )
     if name_or_path in BUILTIN_NAMES:
+        # Imported here: the built-in model's vocabulary is read from the env package's
+        # texts, which resolving any other model does not load.
+        from ragen_rllib.builtin.model import get_builtin_model
+
         return get_builtin_model(
-            name_or_path, pretrained=BUILTIN_NAMES[name_or_path], cache_dir=cache_dir
+            name_or_path,
+            pretrained=BUILTIN_NAMES[name_or_path],
+            cache_dir=cache_dir or default_cache_dir(),
         )
     if name_or_path in NAMED_GGUF:
         return convert_gguf(named_gguf_file(name_or_path), cache_dir or default_cache_dir())

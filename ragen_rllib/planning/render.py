@@ -7,7 +7,8 @@ from ragen_rllib.planning.memory import fmt_bytes
 from ragen_rllib.planning.placement import Device, Plan
 from ragen_rllib.planning.shapes import ModelShape
 
-KNOBS = {
+#: A memory component -> the settings that make it smaller (what ``advice`` names).
+SHRINK_ADVICE = {
     "weights (fp32 master)": "learner_strategy: fsdp with more learners (shards it), or lora_rank",
     "gradients (fp32)": "lora_rank (adapters only), or learner_strategy: fsdp",
     "AdamW moments (fp32)": "lora_rank (adapters only), or learner_strategy: fsdp",
@@ -29,9 +30,9 @@ def advice(dev: Device, most: int = 4) -> list[str]:
     """The knobs of the device's peak phase, its largest components first."""
     lines = sorted(dev.phases[dev.peak_phase()], key=lambda x: -x.bytes)
     out = [
-        f"{line.component} ({fmt_bytes(line.bytes)}): {KNOBS[line.component]}"
+        f"{line.component} ({fmt_bytes(line.bytes)}): {SHRINK_ADVICE[line.component]}"
         for line in lines
-        if line.component in KNOBS and line.bytes
+        if line.component in SHRINK_ADVICE and line.bytes
     ][:most]
     return out or ["use a smaller model or a larger GPU"]
 

@@ -27,6 +27,24 @@ _OLD_LAYOUT = re.compile(
     rb"(?![._A-Za-z])"
 )
 
+#: Modules that moved within version 0.2 (old path -> new path), as a pickle names them: a
+#: checkpoint naming an old path was written before the move and cannot be restored.
+MOVED_MODULES = {
+    "ragen_rllib.env_choice.opponents": "ragen_rllib.env_runner.self_play.seats",
+    "ragen_rllib.env_runner.opponents": "ragen_rllib.env_runner.self_play.snapshots",
+    "ragen_rllib.env_runner.self_play": "ragen_rllib.env_runner.self_play.games",
+    "ragen_rllib.connectors.learner": "ragen_rllib.learner.connectors",
+    "ragen_rllib.models.builtin": "ragen_rllib.builtin.model",
+    "ragen_rllib.models.warmup": "ragen_rllib.warmup.format_warmup",
+    **{
+        f"ragen_rllib.models.{name}": f"ragen_rllib.builtin.{name}"
+        for name in ("build", "pretraining", "quality", "spec", "tokenizer", "transcripts")
+    },
+}
+_MOVED = re.compile(
+    rb"(" + b"|".join(re.escape(m.encode()) for m in MOVED_MODULES) + rb")(?![._A-Za-z])"
+)
+
 
 class CorruptCheckpointError(ValueError):
     """A checkpoint file is missing, truncated or corrupt."""
@@ -38,9 +56,18 @@ class OldLayoutCheckpointError(CorruptCheckpointError):
 
 def check_layout(root: Path) -> None:
     """Raise OldLayoutCheckpointError when a pickle of the checkpoint names a module
-    of the flat layout."""
+    of the flat layout, or one that has moved since (:data:`MOVED_MODULES`)."""
     for path in sorted(root.glob("*.pkl")):
-        match = _OLD_LAYOUT.search(path.read_bytes())
+        blob = path.read_bytes()
+        moved = _MOVED.search(blob)
+        if moved:
+            old = moved.group(0).decode()
+            raise OldLayoutCheckpointError(
+                f"checkpoint {str(root)!r} was written before the module {old!r} (named in "
+                f"{path.name}) moved to {MOVED_MODULES[old]!r}; it cannot be restored here. "
+                "Restore it with the version it was trained with, or train again"
+            )
+        match = _OLD_LAYOUT.search(blob)
         if match:
             raise OldLayoutCheckpointError(
                 f"checkpoint {str(root)!r} was written by ragen-rllib 0.1, whose flat "

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 
-from ragen_rllib.algorithms.starpo.config.knobs_rollout import DTYPES
+from ragen_rllib.algorithms.starpo.config.knobs_models import DTYPES
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 
 #: Where RLlib keeps an algorithm checkpoint's RL module, and its learner group.

@@ -57,9 +57,9 @@ from ragen_rllib.env_choice.env_mix import format_of, mix_entries
 from ragen_rllib.env_runner.curriculum import parse_curriculum
 from ragen_rllib.maths.batching import num_minibatches, shard_trajectories
 from ragen_rllib.maths.seeding import mix_seed
-from ragen_rllib.models.warmup import model_path
 from ragen_rllib.records.metrics import run_aggregate, run_log, run_log_dict, run_log_time
 from ragen_rllib.records.trajectory import Trajectory
+from ragen_rllib.warmup.format_warmup import model_path
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from ragen_rllib.algorithms.starpo.config.knobs import RULES, yaml_name
 from ragen_rllib.algorithms.starpo.config.rules import number_hint
 from ragen_rllib.env_choice.env_loading import check_env, make_eval_env
 from ragen_rllib.env_choice.env_mix import format_of, mix_entries, parse_env_mix
-from ragen_rllib.env_choice.opponents import check_unused as check_unused_opponents
 from ragen_rllib.env_runner.context_budget import check_context_budget
+from ragen_rllib.env_runner.self_play.seats import check_unused as check_unused_opponents
 from ragen_rllib.maths.estimators import ESTIMATORS
 from ragen_rllib.maths.filters import check_filter, num_groups_to_keep
 from ragen_rllib.models.hub import load_hub_config
@@ -135,15 +135,39 @@ def check_values(config) -> None:
         value = getattr(config, key)
         if not rule.ok(value):
             raise bad(key, rule.allowed + number_hint(value))
+    _check_warmup(config, bad)
+    _check_estimator(config, bad)
+    _check_filter(config, bad)
+    _check_loss_tokens(config, bad)
+    _check_learners(config, bad)
+    _check_sampling(config, bad)
+    if config.engine == "vllm":
+        _check_vllm(config, bad)
+    _check_evaluation(config, bad)
+    if config.env_config:
+        env_checks.check_env_config(config)
+    if config.curriculum is not None:
+        env_checks.check_curriculum(config)
+    if config.agent is not None or config.agent_tasks is not None:
+        env_checks.check_agent(config)
+    if config.self_play_used:
+        env_checks.check_self_play(config)
+    check_unused_opponents(config)
+
+
+def _check_warmup(config, bad: Callable[..., ValueError]) -> None:
+    """The format warm-up against each mixture entry's prompt and env."""
+    if not config.format_warmup_steps:
+        return
     for entry in mix_entries(config):
         fmt = format_of(entry, config)  # the run's and each entry's `prompt`: names it
-        if config.format_warmup_steps and not "<think>".startswith(fmt.prefill):
+        if not "<think>".startswith(fmt.prefill):
             raise bad(
                 "format_warmup_steps",
                 f"the warm-up's answers start with '<think>', which the prefill "
                 f"{fmt.prefill!r} does not begin: use prefill '<think>' or '' with it",
             )
-        if config.format_warmup_steps and config.format_warmup_think == "state":
+        if config.format_warmup_think == "state":
             env = make_eval_env(entry)
             try:
                 env.reset(seed=0)
@@ -156,8 +180,10 @@ def check_values(config) -> None:
                     f"{entry.env} has no state_notes() to read its state from; allowed "
                     "with it: 'filler'",
                 )
-    _check_estimator(config, bad)
-    _check_filter(config, bad)
+
+
+def _check_loss_tokens(config, bad: Callable[..., ValueError]) -> None:
+    """Which tokens the loss covers, against overlong answers, agents and the critic."""
     if config.overlong == "penalty" and config.overlong_buffer > config.max_new_tokens:
         raise bad(
             "overlong_buffer",
@@ -178,6 +204,10 @@ def check_values(config) -> None:
             "loss would skip them; use a critic-free estimator (grpo, rae, gigpo, ...) "
             "or 'all'",
         )
+
+
+def _check_learners(config, bad: Callable[..., ValueError]) -> None:
+    """The learners' strategy against their number, LoRA and gradient clipping."""
     if config.learner_strategy == "fsdp":
         if config.lora_rank:
             raise bad(
@@ -204,6 +234,10 @@ def check_values(config) -> None:
             f"must be >= num_learners={config.num_learners}: every minibatch takes at "
             "least one trajectory from each learner's shard",
         )
+
+
+def _check_sampling(config, bad: Callable[..., ValueError]) -> None:
+    """Asynchrony, partial rollouts, the engine's release and the policy-lag bound."""
     if config.async_rollouts and config.num_env_runners < 1:
         raise bad(
             "async_rollouts",
@@ -216,8 +250,6 @@ def check_values(config) -> None:
             "weights reach a runner mid-sample only while it samples during an update: "
             "set async_rollouts true (with num_env_runners >= 1), or partial_rollouts false",
         )
-    if config.engine == "vllm":
-        _check_vllm(config, bad)
     if config.engine_sleep_level and not (config.num_env_runners == 0 and config.num_learners == 0):
         raise bad(
             "engine_sleep_level",
@@ -238,10 +270,12 @@ def check_values(config) -> None:
             )
             + ", so a smaller bound would drop batches every iteration",
         )
+
+
+def _check_evaluation(config, bad: Callable[..., ValueError]) -> None:
+    """The evaluation's states, pass@k and suites."""
     if not (0 <= config.eval_seed and config.eval_seed + config.eval_num_states <= 1 << 20):
         raise bad("eval_seed", "eval_seed + eval_num_states must lie in [0, 2**20)")
-    if config.env_config:
-        env_checks.check_env_config(config)
     too_big = [k for k in config.eval_pass_k if k > config.eval_samples_per_state]
     if too_big:
         raise bad(
@@ -251,13 +285,6 @@ def check_values(config) -> None:
         )
     if config.eval_suites is not None:
         env_checks.check_eval_suites(config)
-    if config.curriculum is not None:
-        env_checks.check_curriculum(config)
-    if config.agent is not None or config.agent_tasks is not None:
-        env_checks.check_agent(config)
-    if config.self_play_used:
-        env_checks.check_self_play(config)
-    check_unused_opponents(config)
 
 
 def _check_vllm(config, bad: Callable[..., ValueError]) -> None:

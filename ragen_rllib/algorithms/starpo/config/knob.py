@@ -1,6 +1,6 @@
 """One knob: its name, default, rule and one line saying what it does.
 
-Every knob an experiment may set is one :class:`Knob` in ``knobs_*.py``; the
+Every knob an experiment may set is one :class:`Knob` in ``knobs_<room>.py``; the
 config's defaults, its value checks, the unknown-key listing, the docs' knob
 table (``docs/config.md``) and the config fuzzer are all read from them.
 """

@@ -15,16 +15,38 @@ from typing import Any
 
 from ragen_rllib.algorithms.starpo.config import (
     knobs_agents,
-    knobs_rollout,
-    knobs_run,
-    knobs_training,
+    knobs_algorithms,
+    knobs_chat,
+    knobs_connectors,
+    knobs_engines,
+    knobs_env_choice,
+    knobs_env_runner,
+    knobs_learner,
+    knobs_maths,
+    knobs_models,
+    knobs_rl_module,
+    knobs_warmup,
 )
 from ragen_rllib.algorithms.starpo.config.knob import RLLIB_OWN, Knob
 from ragen_rllib.algorithms.starpo.config.rules import Rule
 
-KNOBS: dict[str, Knob] = {
-    k.name: k for k in knobs_rollout.ALL + knobs_agents.ALL + knobs_training.ALL + knobs_run.ALL
-}
+#: The knob files, one per room of the package (``knobs_<room>.py`` holds the knobs
+#: that room's code reads), in the order docs/config.md lists them.
+ROOMS = (
+    knobs_models,
+    knobs_warmup,
+    knobs_engines,
+    knobs_env_choice,
+    knobs_env_runner,
+    knobs_chat,
+    knobs_agents,
+    knobs_connectors,
+    knobs_maths,
+    knobs_learner,
+    knobs_rl_module,
+    knobs_algorithms,
+)
+KNOBS: dict[str, Knob] = {k.name: k for room in ROOMS for k in room.ALL}
 #: StarPO's own knobs and their defaults (attributes RLlib's config lacks).
 STARPO_DEFAULTS: dict[str, Any] = {}
 #: RLlib settings whose default StarPO sets (the paper's values and the project's).
@@ -80,7 +102,7 @@ def key_listing(width: int = 88) -> str:
     return "\n".join(
         textwrap.fill(
             ", ".join(keys), width, initial_indent=f"  {group}: ", subsequent_indent="    "
-        )  # fmt: skip
+        )
         for group, keys in groups.items()
     )
 
@@ -95,10 +117,11 @@ def knob_table() -> str:
         "# Config knobs",
         "",
         "Every key an experiment's `config:` may set, generated from the knobs' one",
-        "declaration each (`ragen_rllib/algorithms/starpo/config/knobs_*.py`); `rllib keys`",
-        "prints this page and a test keeps it current. \"RLlib's\": RLlib's own default.",
-        "Cross-key rules (for instance `minibatch_size` against the groups the filter",
-        "keeps) are checked too, and [training.md](training.md) explains the knobs.",
+        "declaration each (`ragen_rllib/algorithms/starpo/config/knobs_<room>.py`, the file",
+        "of the package folder whose code reads it); `rllib keys` prints this page and a",
+        "test keeps it current. \"RLlib's\": RLlib's own default. Cross-key rules (for",
+        "instance `minibatch_size` against the groups the filter keeps) are checked too,",
+        "and [training.md](training.md) explains the knobs.",
     ]
     group = None
     for knob in KNOBS.values():

@@ -1,5 +1,6 @@
-"""The agent-program knobs: the agent, its tasks and its chat completions gateway
-(docs/agents.md)."""
+"""The agents room's knobs (``agents/``): an agent program in place of the env, its tasks,
+where its calls run and how they end, and the chat completions gateway it talks to the
+policy through (docs/agents.md)."""
 
 from __future__ import annotations
 

@@ -78,8 +78,11 @@ def integer(low: int, high: int | None = None, *, none_ok=False, null="", why=""
     return Rule(
         lambda v: is_int(v) and low <= v <= top,
         _prefix(none_ok, null) + f"an integer {span}" + why,
-        "int", low, top, none_ok=none_ok,
-    )  # fmt: skip
+        "int",
+        low,
+        top,
+        none_ok=none_ok,
+    )
 
 
 def number(

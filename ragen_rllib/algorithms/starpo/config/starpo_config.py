@@ -17,24 +17,24 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ragen_rllib.algorithms.starpo.config import checks
 from ragen_rllib.algorithms.starpo.config.knobs import RLLIB_DEFAULTS, STARPO_DEFAULTS
 from ragen_rllib.algorithms.starpo.config.yaml_front import config_from_user_dict
-from ragen_rllib.connectors.learner import build_learner_pipeline
 from ragen_rllib.distributed.learner_group import build_learner_group
 from ragen_rllib.env_choice.env_loading import self_play_on
-from ragen_rllib.env_choice.opponents import (
+from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.env_runner.self_play.seats import (
     DEFAULT_POLICY_ID,
     OpponentSetup,
     read_setup,
     uses_opponents,
 )
-from ragen_rllib.env_runner.llm_env_runner import LLMEnvRunner
+from ragen_rllib.learner.connectors import build_learner_pipeline
 from ragen_rllib.learner.starpo_learner import StarPOTorchLearner
 from ragen_rllib.maths.estimators import ESTIMATORS, AdvantageSettings, Estimator
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.models.runtime import BF16_MIN_HIDDEN, native_bfloat16
-from ragen_rllib.models.warmup import model_path
 from ragen_rllib.planning.shapes import model_width
 from ragen_rllib.rl_module.llm_rl_module import LLMRLModule
 from ragen_rllib.rl_module.packing import unsupported
+from ragen_rllib.warmup.format_warmup import model_path
 
 
 class StarPOConfigBase(AlgorithmConfig):
@@ -50,7 +50,7 @@ class StarPOConfigBase(AlgorithmConfig):
             setattr(self, key, copy.deepcopy(value))
         self.env_runner_cls = LLMEnvRunner
         #: self_play's opponents, read from RLlib's multi-agent settings by validate()
-        #: (which then leaves RLlib one policy, the learner's: env_choice/opponents.py)
+        #: (which then leaves RLlib one policy, the learner's: env_runner/self_play/seats.py)
         self.opponent_setup: OpponentSetup | None = None
         # No sync of the runners' states after every iteration (as RLlib's IMPALA):
         # the runners hold no connector state and the driver keeps the counters, and

@@ -1,6 +1,6 @@
 """A runner's opponents: snapshots of the trained policy that play the other seat.
 
-With opponent policies (:mod:`ragen_rllib.env_choice.opponents`) each game of a
+With opponent policies (:mod:`ragen_rllib.env_runner.self_play.seats`) each game of a
 self-play batch seats its two rollouts by the config's policy mapping. Rollouts
 of the trained policy generate with the runner's engine; an opponent's generate
 with an engine of its own (made on first use from the same model) that holds
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ragen_rllib.env_choice.opponents import GameRef, OpponentSetup, game_number
+from ragen_rllib.env_runner.self_play.seats import GameRef, OpponentSetup, game_number
 
 #: the snapshot the opponent engines are made with (the model at the start of the run)
 INITIAL = -1

@@ -1,12 +1,12 @@
 """Build the built-in model's shipped weights, with a record of how they were made.
 
-    python -m ragen_rllib.models.build                      # the shipped build
-    python -m ragen_rllib.models.build --steps 3 --out /tmp/x --no-checks  # a smoke run
-    python -m ragen_rllib.models.build --recheck            # re-run the checks only
+    python -m ragen_rllib.builtin.build                      # the shipped build
+    python -m ragen_rllib.builtin.build --steps 3 --out /tmp/x --no-checks  # a smoke run
+    python -m ragen_rllib.builtin.build --recheck            # re-run the checks only
 
-The shipped build pretrains the default :class:`~ragen_rllib.models.spec.BuiltinSpec`
+The shipped build pretrains the default :class:`~ragen_rllib.builtin.spec.BuiltinSpec`
 (seed 0) on random-play transcripts and writes a standard Hugging Face model
-directory to ``ragen_rllib/models/builtin_model/`` (a few MB), which ``model: builtin``
+directory to ``ragen_rllib/builtin/weights/`` (a few MB), which ``model: builtin``
 then loads as it is: no user builds it. ``build_info.json`` beside the weights
 records:
 
@@ -43,17 +43,17 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from ragen_rllib.models.builtin import (
+from ragen_rllib.builtin.model import (
     INFO_FILE,
     PACKAGED_DIR,
     build_key,
     build_model,
     file_digests,
 )
-from ragen_rllib.models.pretraining import pretrain
-from ragen_rllib.models.quality import GATE_PROMPTS, gate_draws, next_observation_accuracy
-from ragen_rllib.models.spec import BUILD_VERSION, BuiltinSpec
-from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
+from ragen_rllib.builtin.pretraining import pretrain
+from ragen_rllib.builtin.quality import GATE_PROMPTS, gate_draws, next_observation_accuracy
+from ragen_rllib.builtin.spec import BUILD_VERSION, BuiltinSpec
+from ragen_rllib.builtin.tokenizer import build_tokenizer, build_vocab
 
 logger = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ template, generation_config.json) that ``AutoTokenizer`` /
 ``AutoModelForCausalLM.from_pretrained`` (and vLLM) load like any checkpoint;
 the learner, the env runners and the rollout engines only ever see its path.
 
-The default build (``llm: builtin``) ships in ``models/builtin_model/`` with a
-record of how it was made (:mod:`ragen_rllib.models.build`); any other build
+The default build (``llm: builtin``) ships in ``builtin/weights/`` with a
+record of how it was made (:mod:`ragen_rllib.builtin.build`); any other build
 (another seed or spec, or ``builtin-raw`` without pretraining) is made on first
-use into the cache. Its tokenizer is :mod:`ragen_rllib.models.tokenizer`'s, its
-pretraining :mod:`ragen_rllib.models.pretraining`'s; the pretrained model
+use into the cache. Its tokenizer is :mod:`ragen_rllib.builtin.tokenizer`'s, its
+pretraining :mod:`ragen_rllib.builtin.pretraining`'s; the pretrained model
 succeeds about as often as a random agent (``bench/bench_no_policy.py``).
 """
 
@@ -34,15 +34,15 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-from ragen_rllib.models.pretraining import pretrain
-from ragen_rllib.models.spec import BUILD_VERSION, BuiltinSpec
-from ragen_rllib.models.tokenizer import build_tokenizer, build_vocab
+from ragen_rllib.builtin.pretraining import pretrain
+from ragen_rllib.builtin.spec import BUILD_VERSION, BuiltinSpec
+from ragen_rllib.builtin.tokenizer import build_tokenizer, build_vocab
 
 logger = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 #: The shipped build's directory, and the record of how it was made.
-PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtin_model")
+PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
 INFO_FILE = "build_info.json"
 
 
@@ -93,7 +93,7 @@ def packaged_model(key: str, path: str = PACKAGED_DIR) -> str | None:
     if info.get("key") != key:
         logger.warning(
             "the packaged built-in model %s was built by other code (key %s, this code %s); "
-            "building the current one instead (rebuild with python -m ragen_rllib.models.build)",
+            "building the current one instead (rebuild with python -m ragen_rllib.builtin.build)",
             path,
             info.get("key"),
             key,
@@ -106,13 +106,10 @@ def packaged_model(key: str, path: str = PACKAGED_DIR) -> str | None:
         )
         raise RuntimeError(
             f"the packaged built-in model in {path} is damaged: {bad} do not match the sha256 in "
-            f"{INFO_FILE}; reinstall ragen-rllib or run python -m ragen_rllib.models.build"
+            f"{INFO_FILE}; reinstall ragen-rllib or run python -m ragen_rllib.builtin.build"
         )
     return path
 
-
-def default_cache_dir() -> str:
-    return os.environ.get("RAGEN_RLLIB_CACHE") or os.path.expanduser("~/.cache/ragen_rllib")
 
 
 def cached_model_dir(name: str, pretrained: bool, seed: int, spec: BuiltinSpec, cache: str) -> str:
@@ -140,13 +137,13 @@ def get_builtin_model(
     *,
     pretrained: bool = True,
     seed: int = 0,
-    cache_dir: str | None = None,
+    cache_dir: str,
     spec: BuiltinSpec | None = None,
 ) -> str:
     """Path of the built-in model's Hugging Face directory, building it on first use.
 
     The default pretrained build (``builtin``, seed 0, default spec) ships with
-    the package (:data:`PACKAGED_DIR`, see :mod:`ragen_rllib.models.build`)
+    the package (:data:`PACKAGED_DIR`, see :mod:`ragen_rllib.builtin.build`)
     and is returned as it is when its recorded key matches this code. Any other
     build goes to the cache; its folder name hashes every build parameter, the
     vocabulary and :data:`BUILD_VERSION`. A build happens in a temporary folder that is then
@@ -157,7 +154,7 @@ def get_builtin_model(
         shipped = packaged_model(build_key(True, seed, spec))
         if shipped is not None:
             return shipped
-    final = cached_model_dir(name, pretrained, seed, spec, cache_dir or default_cache_dir())
+    final = cached_model_dir(name, pretrained, seed, spec, cache_dir)
     if os.path.isdir(final):
         return final
     parent = os.path.dirname(final)

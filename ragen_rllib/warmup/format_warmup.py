@@ -8,7 +8,7 @@ model first, for ``n`` steps of ``format_warmup_batch`` examples, on the run's
 own first prompts (each env of the mixture, its env_config and its prompt
 wording, on seeds that neither training nor evaluation draws) followed by a
 well-formed answer with uniformly random valid actions
-(:func:`~ragen_rllib.models.transcripts.random_answer`, the built-in model's
+(:func:`~ragen_rllib.builtin.transcripts.random_answer`, the built-in model's
 pretraining answers). Its think text is a few filler words, or with
 ``format_warmup_think: state`` the env's true sentences about the state
 (``state_notes()``: where the goal lies, what is next to the player), so that the
@@ -36,15 +36,14 @@ from typing import Any
 
 import numpy as np
 
+from ragen_rllib.builtin.transcripts import random_answer
 from ragen_rllib.chat.prompts import ChatFormat, render_turn, with_instructions
 from ragen_rllib.console import no_progress_bars
 from ragen_rllib.env_choice.env_loading import make_eval_env
 from ragen_rllib.env_choice.env_mix import format_of, mix_entries
-from ragen_rllib.models.builtin import default_cache_dir
-from ragen_rllib.models.cache_folder import publish_folder
+from ragen_rllib.models.cache_folder import default_cache_dir, publish_folder
 from ragen_rllib.models.resolve import resolve_model
 from ragen_rllib.models.runtime import keep_freed_memory
-from ragen_rllib.models.transcripts import random_answer
 
 logger = logging.getLogger(__name__)
 

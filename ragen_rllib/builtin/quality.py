@@ -3,7 +3,7 @@
 :func:`format_valid_rate` is the warm-start gate (the share of sampled first
 answers written in the env's answer language); :func:`next_observation_accuracy`
 measures how often it predicts what an action does to the grid. The shipped
-build records both (:mod:`ragen_rllib.models.build`).
+build records both (:mod:`ragen_rllib.builtin.build`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import ragen_envs
+from ragen_rllib.builtin.spec import BuiltinSpec
+from ragen_rllib.builtin.transcripts import TranscriptCorpus
 from ragen_rllib.chat.prompts import (
     ChatFormat,
     render_turn,
     system_prompt_for,
     with_instructions,
 )
-from ragen_rllib.models.spec import BuiltinSpec
-from ragen_rllib.models.transcripts import TranscriptCorpus
 
 
 @torch.no_grad()

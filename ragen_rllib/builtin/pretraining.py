@@ -2,7 +2,7 @@
 
 The loss covers every token (instructions, observations, rewards, answers), so
 the model learns to read the states, what each action does to them and the
-answer format, but no policy (:mod:`ragen_rllib.models.transcripts`).
+answer format, but no policy (:mod:`ragen_rllib.builtin.transcripts`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ragen_rllib.models.spec import BuiltinSpec
-from ragen_rllib.models.transcripts import TranscriptCorpus
+from ragen_rllib.builtin.spec import BuiltinSpec
+from ragen_rllib.builtin.transcripts import TranscriptCorpus
 
 logger = logging.getLogger(__name__)
 

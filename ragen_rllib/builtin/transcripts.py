@@ -1,8 +1,8 @@
 """Random-play transcripts of every built-in env, rendered exactly as rollouts render them.
 
 What the built-in model reads before reinforcement learning: its vocabulary is
-mined from these texts (:mod:`ragen_rllib.models.tokenizer`) and it is
-pretrained on them (:mod:`ragen_rllib.models.pretraining`). Every answer is
+mined from these texts (:mod:`ragen_rllib.builtin.tokenizer`) and it is
+pretrained on them (:mod:`ragen_rllib.builtin.pretraining`). Every answer is
 :func:`random_answer`: a few filler words, then valid actions drawn uniformly
 (on a free-text env, its random agent's answer, which reads the state only to
 be accepted: the given numbers, the free cells), never aimed at the goal, so the
@@ -18,6 +18,7 @@ import numpy as np
 
 import ragen_envs
 from ragen_envs.core.base import INSTRUCTION_STYLES
+from ragen_rllib.builtin.spec import BuiltinSpec
 from ragen_rllib.chat.prompts import (
     PROMPT_STYLES,
     ChatFormat,
@@ -25,7 +26,6 @@ from ragen_rllib.chat.prompts import (
     system_prompt_for,
     with_instructions,
 )
-from ragen_rllib.models.spec import BuiltinSpec
 
 SEPARATOR = "||"
 #: Words the think text of the pretraining transcripts is drawn from.

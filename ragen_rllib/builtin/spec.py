@@ -1,7 +1,7 @@
 """BuiltinSpec: every parameter of the built-in model's build besides the seed.
 
 All of them, :data:`BUILD_VERSION` and the vocabulary go into the build's key
-(:func:`~ragen_rllib.models.builtin.build_key`), which names cached builds and
+(:func:`~ragen_rllib.builtin.model.build_key`), which names cached builds and
 tells whether the shipped weights match this code.
 """
 

@@ -149,7 +149,20 @@ def read_setup(config) -> OpponentSetup:
             f"config policies_to_train=[{trained!r}] is invalid: not one of the policies "
             f"{sorted(ids)}"
         )
-    mapping = config.policy_mapping_fn
+    mapping = _check_mapping_fn(config.policy_mapping_fn)
+    setup = OpponentSetup(trained, tuple(sorted(i for i in ids if i != trained)), mapping)
+    if not setup.opponents:
+        raise ValueError(
+            f"config policies={ids!r} is invalid: with self_play one policy plays both seats "
+            "already; name an opponent policy beside the trained one, or drop policies"
+        )
+    _check_seating(setup, ids, config)
+    return setup
+
+
+def _check_mapping_fn(mapping: Any) -> Any:
+    """``policy_mapping_fn`` as set (``alternate``, ``module:function`` importable here,
+    or a callable); ValueError naming it otherwise."""
     if mapping is AlgorithmConfig.DEFAULT_POLICY_MAPPING_FN:
         raise ValueError(
             "config policy_mapping_fn is not set: with opponent policies it says which "
@@ -175,12 +188,13 @@ def read_setup(config) -> OpponentSetup:
             f"config policy_mapping_fn={mapping!r} is invalid: must be 'alternate', "
             "'module:function' or a callable"
         )
-    setup = OpponentSetup(trained, tuple(sorted(i for i in ids if i != trained)), mapping)
-    if not setup.opponents:
-        raise ValueError(
-            f"config policies={ids!r} is invalid: with self_play one policy plays both seats "
-            "already; name an opponent policy beside the trained one, or drop policies"
-        )
+    return mapping
+
+
+def _check_seating(setup: OpponentSetup, ids: list[str], config) -> None:
+    """The mapping seats known policies, the trained one among them, and leaves every
+    group at least two trained rollouts to compare."""
+    mapping, trained = setup.mapping, setup.trained
     seats = []
     for k in range(CHECKED_GAMES):
         try:
@@ -209,7 +223,6 @@ def read_setup(config) -> OpponentSetup:
             f"{per_group}), and the group's advantages compare at least 2; raise group_size "
             "(4 with 'alternate')"
         )
-    return setup
 
 
 def check_unused(config) -> None:

@@ -97,30 +97,14 @@ def play_games(
             turns.begin(r, options, first_ids, max_new_tokens)
             if r.context is not None:
                 active.append(r)
-        ready = []
-        for r in active:
-            if r.traj.done or r.env.unwrapped.waiting:
-                continue
-            if id(r) in deferred:
-                gen, turn, _, reward, info = deferred.pop(id(r))
-                obs = r.env.unwrapped.observe()  # after the other seat's move
-                if not turns.follow(r, gen, turn, obs, reward, info, max_new_tokens):
-                    continue
-            ready.append(r)
+        ready = _to_move(turns, active, deferred, max_new_tokens)
         if ready:
             rounds += 1
-            by_policy: dict[str | None, list[Rollout]] = {}  # opponents: their own engines
+            gens = _answers(ready, generate, rounds)
             for r in ready:
-                by_policy.setdefault(r.policy, []).append(r)
-            gens = {}
-            for policy, batch in by_policy.items():
-                prompts, keys = [r.context.prompt for r in batch], [id(r) for r in batch]
-                gens.update(zip(keys, generate(prompts, keys, rounds, policy), strict=True))
-            for r in ready:
-                gen = gens[id(r)]
+                gen = last_answer[id(r)] = gens[id(r)]
                 generated += len(gen.ids)
                 turn = len(r.traj.turn_rewards) + 1
-                last_answer[id(r)] = gen
                 step = turns.take(r, gen, turn)
                 if step is not None:
                     deferred[id(r)] = (gen, turn, *step)
@@ -132,6 +116,35 @@ def play_games(
                 r.unplayable("env_error", "neither seat is to move in a game that goes on")
             break
     return generated
+
+
+def _to_move(turns: Turns, active: list[Rollout], deferred: dict, max_new_tokens: int) -> list:
+    """The rollouts whose seat is to move this round, each with its next prompt put in
+    (the observation after the other seat's move) where its last turn left one due."""
+    ready = []
+    for r in active:
+        if r.traj.done or r.env.unwrapped.waiting:
+            continue
+        if id(r) in deferred:
+            gen, turn, _, reward, info = deferred.pop(id(r))
+            obs = r.env.unwrapped.observe()  # after the other seat's move
+            if not turns.follow(r, gen, turn, obs, reward, info, max_new_tokens):
+                continue
+        ready.append(r)
+    return ready
+
+
+def _answers(ready: list[Rollout], generate, round_: int) -> dict[int, Any]:
+    """One engine call per policy playing this round (opponents have engines of their
+    own): each ready rollout's answer, by ``id(rollout)``."""
+    by_policy: dict[str | None, list[Rollout]] = {}
+    for r in ready:
+        by_policy.setdefault(r.policy, []).append(r)
+    gens = {}
+    for policy, batch in by_policy.items():
+        prompts, keys = [r.context.prompt for r in batch], [id(r) for r in batch]
+        gens.update(zip(keys, generate(prompts, keys, round_, policy), strict=True))
+    return gens
 
 
 def _settle(rollouts: list[Rollout], partner: dict, last_answer: dict) -> None:

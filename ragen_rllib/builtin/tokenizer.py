@@ -26,9 +26,9 @@ from transformers import PreTrainedTokenizerFast
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
 import ragen_envs
+from ragen_rllib.builtin.spec import BuiltinSpec
+from ragen_rllib.builtin.transcripts import FILLER_WORDS, SEPARATOR, random_answer
 from ragen_rllib.chat.prompts import FORMAT_HINT, SYSTEM_PROMPT, render_turn
-from ragen_rllib.models.spec import BuiltinSpec
-from ragen_rllib.models.transcripts import FILLER_WORDS, SEPARATOR, random_answer
 
 PAD, IM_START, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
