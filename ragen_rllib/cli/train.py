@@ -166,6 +166,24 @@ def check_dashboard_installed() -> None:
         )
 
 
+def dashboard_line(url: str) -> str:
+    """The console's line for ``--dashboard``: the URL and, where Ray turned on token
+    authentication (its default for the local cluster it starts), how to get the token
+    the page asks for. Ray's page takes it only in its login dialog (no URL carries
+    it), and printing the token itself would put it in every saved console log."""
+    line = f"Ray dashboard: http://{url}"
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+    except ImportError:  # another Ray: the same advice, in case its page asks
+        return line + " (if it asks for a token: paste what `ray get-auth-token` prints)"
+    if is_token_auth_enabled():
+        line += (
+            " (it asks for a token: paste what `ray get-auth-token` prints, run as this user"
+            " in this environment)"
+        )
+    return line
+
+
 def check_resumable(path: str, name: str) -> None:
     """Fail before Ray starts when there is nothing to resume or a checkpoint is damaged."""
     from ray import tune
@@ -294,7 +312,7 @@ def train(args: argparse.Namespace) -> int:
             log_to_driver=True,
         )
         if args.dashboard:
-            print(f"Ray dashboard: http://{context.dashboard_url}", flush=True)
+            print(dashboard_line(context.dashboard_url), flush=True)
     check_runner_hosts(configs)
     status = 0
     for name, exp in experiments.items():
