@@ -177,7 +177,7 @@ def test_docs_metrics_md_holds_the_generated_tables():
 
 
 def test_the_report_panels_plot_declared_metrics_labelled_with_their_unit():
-    from ragen_rllib.cli.report import PANELS, axis_label
+    from ragen_rllib.cli.report_panels import PANELS, axis_label
 
     for title, series in PANELS:
         for _, key in series:

@@ -288,7 +288,7 @@ def test_report_of_a_bench_train_cpu_run(tmp_path):
 
 
 def test_panels_show_what_was_logged_with_the_loss_terms_and_smooth_long_series():
-    from ragen_rllib.cli.report import panel_series, smoothed
+    from ragen_rllib.cli.report_panels import panel_series, smoothed
 
     rows = []
     for i in range(1, 101):
@@ -309,7 +309,7 @@ def test_panels_show_what_was_logged_with_the_loss_terms_and_smooth_long_series(
 
 
 def test_runs_logged_under_the_old_metric_names_read_the_same():
-    from ragen_rllib.cli.report import OLD_NAMES, lookup
+    from ragen_rllib.cli.report_panels import OLD_NAMES, lookup
 
     old = {"rollout": {"reward_std": 0.4}, "filter": {"in_group_std_after": 0.3}}
     assert lookup(old, "rollout/batch_reward_std") == 0.4
@@ -322,7 +322,7 @@ def test_runs_logged_under_the_old_metric_names_read_the_same():
 def test_flat_keys_with_slashes_are_found_under_their_family():
     """Metrics such as game/win_rate are logged as one key under rollout/ or an
     evaluation suite's env: the panels' paths find them, "*" parts included."""
-    from ragen_rllib.cli.report import expand, lookup
+    from ragen_rllib.cli.report_panels import expand, lookup
 
     row = {
         "training_iteration": 1,
