@@ -94,6 +94,8 @@ def experiment_config(args) -> dict:
     if args.tiny:  # the CPU smoke size
         cfg.update({"env_groups": 4, "group_size": 2, "max_turns": 2, "max_new_tokens": 16})
         cfg.update({"minibatch_size": 2, "max_context_tokens": 1024})
+        if cfg.get("format_warmup_steps"):  # the warm-up still runs: one step of one example
+            cfg.update({"format_warmup_steps": 1, "format_warmup_batch": 1})
     cfg.update(args.overrides)
     return cfg
 

