@@ -254,7 +254,17 @@ def first_adamw_step_bound(g, g_ref, p_ref, lr=1e-4, eps=1e-8):
 
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("model-cache"))
+    """The session's model cache (``RAGEN_RLLIB_CACHE``). Under pytest-xdist both
+    workers share one, beside their own temp folders, so that a model converted or
+    warmed up by one (SmolLM2 from its GGUF file: about 23 s on 2 idle cores) is not
+    made again by the other; the cache's writers rename finished folders into place,
+    so two at once end with one copy."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "model-cache"
+        shared.mkdir(exist_ok=True)
+        path = str(shared)
+    else:
+        path = str(tmp_path_factory.mktemp("model-cache"))
     old = os.environ.get("RAGEN_RLLIB_CACHE")
     os.environ["RAGEN_RLLIB_CACHE"] = path
     yield path
@@ -336,9 +346,15 @@ def smollm2_path(model_cache):
         if os.environ.get("CI"):
             pytest.fail(f"CI: {why}")
         pytest.skip(why)
+    import fcntl
+
     from ragen_rllib.models.resolve import resolve_model
 
-    return resolve_model("smollm2-135m-instruct")
+    # One conversion for the session: the other xdist worker waits for it, then finds
+    # it in the shared cache.
+    with open(os.path.join(model_cache, ".smollm2.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return resolve_model("smollm2-135m-instruct")
 
 
 #: Builds StarPO from ``base`` in a fresh process and trains it ``iterations`` times,

@@ -14,7 +14,6 @@ install step does not pass as a skip."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -32,12 +31,13 @@ from typing import NoReturn
 import pytest
 from conftest import private_env, tiny_dict, wait_for
 
+from ragen_rllib.cli.experiments import UsageError
+from ragen_rllib.cli.train import check_dashboard_installed
+
 pytestmark = [pytest.mark.slow, pytest.mark.dashboard]
 
 #: Chromium's names on Debian/Ubuntu and Google's build of it.
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-#: What `rllib train file --dashboard` checks for before it starts Ray.
-DASHBOARD_MODULES = ("aiohttp", "opencensus", "prometheus_client")
 #: Env runner actors of the run, each to be listed on the Actors page. One: Ray starts
 #: at most as many worker processes at a time as the machine has cores, so a second
 #: runner adds its whole start-up to the test on a 2-core machine.
@@ -216,10 +216,10 @@ def test_the_dashboard_lists_the_runner_actors_after_the_login_the_console_descr
     browser = next(filter(None, map(shutil.which, BROWSERS)), None)
     if browser is None:
         missing(f"no Chromium on PATH (looked for {', '.join(BROWSERS)}): apt-get install chromium")
-    absent = [m for m in DASHBOARD_MODULES if importlib.util.find_spec(m) is None]
-    if absent:
-        install = 'pip install -c constraints.txt -e ".[dashboard]"'
-        missing(f"the dashboard's packages are missing ({', '.join(absent)}): {install}")
+    try:  # what `rllib train file --dashboard` checks before it starts Ray
+        check_dashboard_installed()
+    except UsageError as err:
+        missing(str(err))
     run = Run(tmp_path)
     chromium = None
     try:

@@ -152,18 +152,21 @@ def _print_progress():
 
 
 def check_dashboard_installed() -> None:
-    """The dashboard needs Ray's "default" extra; say so before Ray starts without it."""
-    import importlib.util
+    """The dashboard needs Ray's "default" extra; say so before Ray starts without it.
 
-    missing = [
-        m for m in ("aiohttp", "opencensus", "prometheus_client") if not importlib.util.find_spec(m)
-    ]
-    if missing:
+    Ray decides by importing its own list of the dashboard's modules
+    (``ray.dashboard.optional_deps``), so the check imports the same list: a partly
+    installed extra (one module left over) fails here, not in Ray's log."""
+    import importlib
+
+    try:
+        importlib.import_module("ray.dashboard.optional_deps")
+    except ImportError as err:
         raise UsageError(
-            f"--dashboard needs Ray's dashboard packages (missing: {', '.join(missing)}); "
+            f"--dashboard needs Ray's dashboard packages (missing: {err.name or err}); "
             "install them with: pip install -c constraints.txt 'ragen-rllib[dashboard]' "
             "(or 'ray[default]' at the installed ray version)"
-        )
+        ) from None
 
 
 def dashboard_line(url: str) -> str:
