@@ -279,7 +279,7 @@ RAY_TMPDIR_KEY = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (``-n 3``), each worker process gets its own Ray temp folder.
+    """Under pytest-xdist (``-n 2``), each worker process gets its own Ray temp folder.
 
     A plain ``ray.init()`` joins the cluster whose address the last head node wrote to
     ``<temp>/ray/ray_current_cluster``, so a test that starts a head node (the
@@ -303,7 +303,7 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files that hold a `slow` test run first, so that under xdist (``-n 3``) the
+    """The files that hold a `slow` test run first, so that under xdist (``-n 2``) the
     last tests handed out are short ones and no worker idles long beside another's
     end-to-end run (each file's tests stay together and in order: its module-scoped
     fixtures are set up once). Tests marked `vllm` need vLLM, which has its own
