@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 
 import pytest
 
 from ragen_rllib.cli import main
-from ragen_rllib.cli.experiments import UsageError
-from ragen_rllib.cli.train import check_dashboard_installed
 
 
 def test_version_prints_the_installed_version(capsys):
@@ -129,13 +126,3 @@ def test_an_agents_trial_is_named_after_the_agent_not_the_unused_env():
                        ("my_pkg.agents:play", "agents-play")):  # fmt: skip
         trial = SimpleNamespace(config={"agent": spec}, trainable_name="StarPO", trial_id="a1")
         assert _agent_trial_dir(trial) == f"StarPO_agent-{name}_a1"
-
-
-def test_a_partly_installed_dashboard_extra_is_named_before_ray_starts(monkeypatch):
-    """One of Ray's dashboard modules missing (aiohttp, the first Ray imports; the
-    extra half uninstalled, say) is a usage error naming it, not Ray's log after the
-    start."""
-    monkeypatch.delitem(sys.modules, "ray.dashboard.optional_deps", raising=False)
-    monkeypatch.setitem(sys.modules, "aiohttp", None)  # its import fails: ImportError
-    with pytest.raises(UsageError, match=r"missing: aiohttp\).*ragen-rllib\[dashboard\]"):
-        check_dashboard_installed()

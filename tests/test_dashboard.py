@@ -283,3 +283,17 @@ def test_the_dashboard_lists_the_runner_actors_after_the_login_the_console_descr
         if chromium is not None:
             chromium.close()
         run.stop()
+
+
+def test_a_partly_installed_dashboard_extra_is_named_before_ray_starts(monkeypatch):
+    """With the extra installed but one of Ray's dashboard modules gone (aiohttp_cors,
+    which a check of a few module names misses), --dashboard's check is a usage error
+    naming it, not Ray's log after the start."""
+    try:
+        check_dashboard_installed()
+    except UsageError as err:
+        missing(str(err))
+    monkeypatch.delitem(sys.modules, "ray.dashboard.optional_deps", raising=False)
+    monkeypatch.setitem(sys.modules, "aiohttp_cors", None)  # its import fails: ImportError
+    with pytest.raises(UsageError, match=r"missing: aiohttp_cors\).*ragen-rllib\[dashboard\]"):
+        check_dashboard_installed()
