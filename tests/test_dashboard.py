@@ -60,6 +60,15 @@ def missing(why: str) -> NoReturn:
     pytest.skip(why)
 
 
+def need_dashboard_packages() -> None:
+    """What `rllib train file --dashboard` checks before it starts Ray; :func:`missing`
+    with its message where that check fails."""
+    try:
+        check_dashboard_installed()
+    except UsageError as err:
+        missing(str(err))
+
+
 class PageError(RuntimeError):
     """Chromium refused a command, or a script raised in the page."""
 
@@ -216,10 +225,7 @@ def test_the_dashboard_lists_the_runner_actors_after_the_login_the_console_descr
     browser = next(filter(None, map(shutil.which, BROWSERS)), None)
     if browser is None:
         missing(f"no Chromium on PATH (looked for {', '.join(BROWSERS)}): apt-get install chromium")
-    try:  # what `rllib train file --dashboard` checks before it starts Ray
-        check_dashboard_installed()
-    except UsageError as err:
-        missing(str(err))
+    need_dashboard_packages()
     run = Run(tmp_path)
     chromium = None
     try:
@@ -289,10 +295,7 @@ def test_a_partly_installed_dashboard_extra_is_named_before_ray_starts(monkeypat
     """With the extra installed but one of Ray's dashboard modules gone (aiohttp_cors,
     which a check of a few module names misses), --dashboard's check is a usage error
     naming it, not Ray's log after the start."""
-    try:
-        check_dashboard_installed()
-    except UsageError as err:
-        missing(str(err))
+    need_dashboard_packages()
     monkeypatch.delitem(sys.modules, "ray.dashboard.optional_deps", raising=False)
     monkeypatch.setitem(sys.modules, "aiohttp_cors", None)  # its import fails: ImportError
     with pytest.raises(UsageError, match=r"missing: aiohttp_cors\).*ragen-rllib\[dashboard\]"):
